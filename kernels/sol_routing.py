@@ -10,6 +10,8 @@ Definitions (one head, scale s, N = ceil(L / 64) blocks, block j holds len_j tok
 - exact estimator:    σ_i² = s² · Q̄_i C Q̄_iᵀ,  C = (1/N) Σ_j (K̄_j − m)(K̄_j − m)ᵀ.
 - diagonal estimator: σ_i² = s² · (Q̄_i ⊙ Q̄_i) · diag(C).
 - β = −inf selects every block, β = +inf none (before sinks and the diagonal are forced).
+- A sequence of a single block is always exact: its one proxy score equals μ and σ = 0, so
+  the comparison would be decided by rounding alone.
 The pooled keys and summed values are rounded to the input dtype before use, because the
 kernel multiplies them on the tensor cores in that dtype; the reference does the same so
 both route identically up to float32 summation order.
@@ -77,6 +79,8 @@ def block_thresholds(q_mean, k_mean32, beta: torch.Tensor, estimator: str, scale
         var = var[..., 0]
     sigma = scale * var.clamp_min(0).sqrt()
     b = beta.view(1, -1, 1)
+    if k_mean32.shape[2] == 1:
+        b = torch.full_like(b, float("-inf"))
     tau = mu + b * sigma
     return torch.where(torch.isinf(b), b.expand_as(tau), tau)
 
