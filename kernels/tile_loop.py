@@ -35,27 +35,18 @@ def attend_listed_blocks(
     block_ids, count, block_len,
     qk_scale_log2,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr, ROW_CODES: tl.constexpr,
+    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):
     """Visit ``count`` key blocks whose indices are at ``block_ids[0:count]``.
 
     ``block_len`` points at the real length of every block (read only when MASKED).
     ``q`` is already in DOT_DTYPE; ``k_base``/``v_base`` point at row 0 of this (batch, head).
-    With ROW_CODES, the query tile is two halves routed separately: each entry is
-    ``block * 4 + code``, bit 0 of ``code`` admitting the first half of the rows and bit 1
-    the second; rows not admitted ignore the block (they see it through Sol's pooled term).
     """
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    BLOCK_M: tl.constexpr = q.shape[0]
-    in_second_half = tl.arange(0, BLOCK_M) >= BLOCK_M // 2
     for t in range(0, count * SUB):
         blk = tl.load(block_ids + t // SUB)
-        if ROW_CODES:
-            code = blk & 3
-            blk = blk >> 2
-            row_ok = tl.where(in_second_half, (code & 2) != 0, (code & 1) != 0)
         first = (t % SUB) * BLOCK_N
         rows = blk * BLOCK_TOKENS + first + offs_n
         ptr_off = rows[:, None].to(tl.int64) * stride_kn + offs_d[None, :]
@@ -69,7 +60,5 @@ def attend_listed_blocks(
         s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
         if MASKED:
             s = tl.where(valid[None, :], s, float("-inf"))
-        if ROW_CODES:
-            s = tl.where(row_ok[:, None], s, float("-inf"))
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
     return acc, l_i, m_i

@@ -180,7 +180,7 @@ def test_precomputed_lists_without_correction_match_block_sparse_reference():
     lists = block_lists_from_selection(sel, 200)
     lens = block_lengths(200, q.device)
     unused = torch.zeros(1, dtype=torch.float16)
-    out, counts = launch_sol_kernel(
+    out, _ = launch_sol_kernel(
         q, k, v, unused, unused, torch.zeros(1), torch.zeros(1, dtype=torch.int8), lens,
         scale=0.125, keep_diagonal=False, route=False, correction=False, block_lists=lists)
     ref = kernels.sol_attention_reference(q, k, v, beta=0.3, selection=sel, correction=False)
