@@ -199,6 +199,120 @@ def sweep_sol(results, L, rho, H, D, rep_ms, configs):
         print("sweep", {k_: (round(v_, 3) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
 
 
+PSA_SHAPES = {
+    # name: (grid, tile), the paper's settings
+    "wan720p": ((21, 45, 80), (3, 8, 16)),
+    "wan720p_unpadded": ((21, 48, 80), (3, 8, 16)),
+    "hunyuan768p": ((30, 48, 80), (6, 8, 8)),
+}
+
+
+def psa_params_for_density(grid, tile, heads, rho):
+    """Per-head stripe parameters whose token-level densities average about rho.
+
+    Candidates are local, temporal, spatial and strided heads; each head takes the candidate
+    nearest to its own density target, spread ±50 % around rho so heads differ in cost.
+    """
+    from kernels.psa_mask import psa_mask
+
+    nT, nH, nW = (-(-g // t) for g, t in zip(grid, tile))
+    cands = []
+    for tw in range(1, nT + 1):
+        for sw in range(1, nH * nW + 1):
+            for ss in (0, nW, 3):
+                cands.append([tw, 0, 0, sw, 0, ss])
+    cands = torch.tensor(cands)
+    dens = psa_mask(grid, cands, tile).density(tokens=True)
+    targets = torch.linspace(0.5 * rho, 1.5 * rho, heads)
+    pick = (dens[None, :] - targets[:, None]).abs().argmin(dim=1)
+    params = cands[pick]
+    return params, psa_mask(grid, params, tile).density(tokens=True).mean().item()
+
+
+def check_psa(results):
+    cases = [((5, 9, 12), (2, 4, 8), 0, 1, 3, 128, torch.bfloat16),
+             ((6, 16, 16), (3, 8, 8), 77, 2, 2, 64, torch.float16),
+             ((21, 45, 80), (3, 8, 16), 0, 1, 2, 128, torch.bfloat16)]
+    for i, (grid, tile, extra, B, H, D, dtype) in enumerate(cases):
+        L = grid[0] * grid[1] * grid[2] + extra
+        g = torch.Generator(device="cuda").manual_seed(2000 + i)
+        q, k, v = (torch.randn(B, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3))
+        params, dens = psa_params_for_density(grid, tile, H, 0.3)
+        poison_allocator(q.numel() * q.element_size())
+        out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+        ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+        entry = dict(method="psa", grid=grid, tile=tile, extra_tokens=extra, shape=[B, L, H, D], dtype=str(dtype),
+                     rel_l2_vs_reference=rel_l2(out, ref), all_finite=bool(torch.isfinite(out).all()))
+        entry["ok"] = entry["all_finite"] and entry["rel_l2_vs_reference"] < 2e-2
+        results["checks"].append(entry)
+        print(f"check psa {grid} {tile} extra={extra} {dtype}: rel_l2={entry['rel_l2_vs_reference']:.2e} "
+              f"finite={entry['all_finite']}", flush=True)
+
+
+def flex_psa_block_mask(grid, params, tile, L):
+    """FlexAttention block mask (128-token blocks) equal to the PSA mask, on blocked inputs."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    from kernels.psa_mask import psa_block_mask
+
+    bt = tile[0] * tile[1] * tile[2]
+    rep = bt // 128
+    m = psa_block_mask(grid, params, tile).cuda()
+    m = m.repeat_interleave(rep, dim=1).repeat_interleave(rep, dim=2)[None]
+    counts = m.sum(-1, dtype=torch.int32)
+    ids = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    zeros = torch.zeros_like(counts)
+    return BlockMask.from_kv_blocks(zeros, torch.zeros_like(ids), counts, ids, BLOCK_SIZE=128, seq_lengths=(L, L))
+
+
+def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
+    from kernels.layout import tile_layout
+
+    flex = None
+    if flex_on:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        flex = torch.compile(flex_attention, dynamic=False)
+    for name in shapes:
+        grid, tile = PSA_SHAPES[name]
+        L = grid[0] * grid[1] * grid[2]
+        q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L + 1)
+        t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
+        mem_dense = peak_extra_mb(lambda: cudnn_sdpa(q, k, v))
+        print(f"PSA {name} grid={grid} tile={tile} L={L}: cuDNN {t_dense:.2f} ms", flush=True)
+        for rho in densities:
+            params, dens = psa_params_for_density(grid, tile, H, rho)
+            kw = dict(grid=grid, params=params, tile=tile)
+            t0 = time.perf_counter()
+            kernels.psa_attention(q, k, v, **kw)
+            torch.cuda.synchronize()
+            first_call_s = time.perf_counter() - t0
+            t_psa = bench_ms(lambda: kernels.psa_attention(q, k, v, **kw), rep_ms)
+            mem = peak_extra_mb(lambda: kernels.psa_attention(q, k, v, **kw))
+            n_keep = max(64, int(round(dens * L)))
+            t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
+            row = dict(shape=name, grid=grid, tile=tile, L=L, heads=H, head_dim=D, target_density=rho,
+                       density=dens, cudnn_ms=t_dense, psa_ms=t_psa, speedup=t_dense / t_psa,
+                       ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal, share_of_ideal=t_ideal / t_psa,
+                       first_call_s=first_call_s, peak_extra_mb_psa=mem, peak_extra_mb_cudnn=mem_dense)
+            if flex is not None:
+                try:
+                    lay = tile_layout(grid, tile, pad=True, device="cuda")
+                    qb, kb, vb = (lay.to_blocks(x, dim=1).transpose(1, 2) for x in (q, k, v))
+                    bm = flex_psa_block_mask(grid, params, tile, lay.n_slots)
+                    flex(qb, kb, vb, block_mask=bm)
+                    row["flex_ms"] = bench_ms(lambda: flex(qb, kb, vb, block_mask=bm), rep_ms)
+                    row["flex_speedup"] = t_dense / row["flex_ms"]
+                    del qb, kb, vb
+                except Exception as exc:  # record why FlexAttention could not run, keep the job going
+                    row["flex_error"] = f"{type(exc).__name__}: {exc}"[:300]
+            results["psa"].append(row)
+            print(f"  ρ={rho:.2f} density={dens:.3f} psa {t_psa:.2f} ms ({t_dense / t_psa:.2f}x, "
+                  f"{100 * t_ideal / t_psa:.0f}% of ideal {t_dense / t_ideal:.2f}x) "
+                  f"flex {row.get('flex_speedup', float('nan')):.2f}x mem +{mem:.0f}MB vs +{mem_dense:.0f}MB "
+                  f"first {first_call_s:.1f}s", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="JSON file to write")
@@ -209,20 +323,26 @@ def main():
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--rep-ms", type=int, default=400)
     ap.add_argument("--skip-checks", action="store_true")
+    ap.add_argument("--psa-shapes", default="wan720p,wan720p_unpadded,hunyuan768p")
+    ap.add_argument("--psa-densities", default="0.15,0.40")
+    ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--sweep", default="", help="launch configs warps:stages:per_sm,... timed at 75,600 tokens")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   python=platform.python_version(), checks=[], sol=[], sweep=[])
+                   python=platform.python_version(), checks=[], sol=[], sweep=[], psa=[])
     if not args.skip_checks:
         check_sol(results)
+        check_psa(results)
     if args.sweep:
         configs = [tuple(int(x) for x in c.split(":")) for c in args.sweep.split(",")]
         for rho in (0.10, 0.15):
             sweep_sol(results, 75600, rho, args.heads, args.head_dim, args.rep_ms, configs)
     bench_sol(results, ints(args.sol_seqs), [float(x) for x in args.densities.split(",")], args.heads,
-              args.head_dim, args.rep_ms, ints(args.flex_seqs))
+              args.head_dim, args.rep_ms, [] if args.no_flex else ints(args.flex_seqs))
+    bench_psa(results, [x for x in args.psa_shapes.split(",") if x], [float(x) for x in args.psa_densities.split(",")],
+              args.heads, args.head_dim, args.rep_ms, not args.no_flex)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(results, f, indent=1)

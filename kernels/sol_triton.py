@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tile_loop import NEG_BIG, attend_listed_blocks, softmax_update
+from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for
 
 SOL_BLOCK_M = 64
 SOL_CHUNK = 64
@@ -115,12 +115,12 @@ def _sol_kernel(
             full_ids = list_row
             tail_ids = list_row + n_full
         acc, l_i, m_i = attend_listed_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN,
-            qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE)
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
+            qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE, False)
         if TAIL_RAGGED:
             acc, l_i, m_i = attend_listed_blocks(
-                acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN,
-                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE)
+                acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN, BLOCK_LEN,
+                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE, False)
         tl.store(COUNTS + item, n_full + n_tail)
         l_safe = tl.where(l_i > 0, l_i, 1.0)
         out = acc / l_safe[:, None]
@@ -142,8 +142,6 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
     With ``route=False``, ``block_lists`` = (counts int32 (B, H, N, 2) [full, tail],
     ids int32 (B, H, N, W)) gives the exact blocks of each query block instead.
     """
-    from ._checks import triton_interpreting
-
     B, L, H, D = q.shape
     n = block_len.shape[0]
     out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
@@ -158,8 +156,6 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
     else:
         list_counts, list_ids = block_lists
         list_stride = list_ids.shape[-1]
-    upcast = triton_interpreting() and q.dtype == torch.bfloat16
-    dot_dtype = tl.float32 if upcast else (tl.float16 if q.dtype == torch.float16 else tl.bfloat16)
     _sol_kernel[(programs,)](
         q, k, v, out, k_pool, v_pool, tau, forced, block_len, stage, counts,
         list_counts, list_ids,
@@ -171,7 +167,7 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
         scale, scale * math.log2(math.e), programs,
         HEAD_DIM=D, BLOCK_M=SOL_BLOCK_M, CHUNK=SOL_CHUNK,
         TAIL_RAGGED=(L % SOL_BLOCK_M) != 0, KEEP_DIAGONAL=bool(keep_diagonal),
-        ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype,
+        ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype_for(q.dtype),
         num_warps=num_warps, num_stages=num_stages,
     )
     return out, counts
