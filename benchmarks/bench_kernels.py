@@ -28,6 +28,15 @@ from kernels.sol_routing import block_lengths  # noqa: E402
 from kernels.sol_triton import block_lists_from_selection, launch_sol_kernel  # noqa: E402
 
 
+OUT_PATH = None
+
+
+def save(results):
+    """Write the JSON after every row, so a job stopped at its time limit still leaves data."""
+    with open(OUT_PATH, "w") as f:
+        json.dump(results, f, indent=1)
+
+
 def bench_ms(fn, rep_ms):
     return triton.testing.do_bench(fn, warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="median")
 
@@ -158,6 +167,7 @@ def bench_sol(results, seqs, densities, H, D, rep_ms, flex_seqs):
                 except Exception as exc:  # record why FlexAttention could not run, keep the job going
                     row["flex_error"] = f"{type(exc).__name__}: {exc}"[:300]
             results["sol"].append(row)
+            save(results)
             print(f"  ρ={rho:.2f} β={beta:.2f} density={density:.3f} sol {t_sol:.2f} ms ({t_dense / t_sol:.2f}x) "
                   f"lists {t_lists:.2f} ms (overhead {100 * (t_sol / t_lists - 1):.1f}%) ideal {t_dense / t_ideal:.2f}x "
                   f"flex {row.get('flex_speedup', float('nan')):.2f}x rel_l2 {row['rel_l2_vs_dense']:.3f} "
@@ -307,6 +317,7 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
                 except Exception as exc:  # record why FlexAttention could not run, keep the job going
                     row["flex_error"] = f"{type(exc).__name__}: {exc}"[:300]
             results["psa"].append(row)
+            save(results)
             print(f"  ρ={rho:.2f} density={dens:.3f} psa {t_psa:.2f} ms ({t_dense / t_psa:.2f}x, "
                   f"{100 * t_ideal / t_psa:.0f}% of ideal {t_dense / t_ideal:.2f}x) "
                   f"flex {row.get('flex_speedup', float('nan')):.2f}x mem +{mem:.0f}MB vs +{mem_dense:.0f}MB "
@@ -329,6 +340,9 @@ def main():
     ap.add_argument("--sweep", default="", help="launch configs warps:stages:per_sm,... timed at 75,600 tokens")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
+    global OUT_PATH
+    OUT_PATH = args.out
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    python=platform.python_version(), checks=[], sol=[], sweep=[], psa=[])
@@ -343,9 +357,7 @@ def main():
               args.head_dim, args.rep_ms, [] if args.no_flex else ints(args.flex_seqs))
     bench_psa(results, [x for x in args.psa_shapes.split(",") if x], [float(x) for x in args.psa_densities.split(",")],
               args.heads, args.head_dim, args.rep_ms, not args.no_flex)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(results, f, indent=1)
+    save(results)
     print("wrote", args.out)
 
 
