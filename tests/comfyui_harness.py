@@ -430,3 +430,68 @@ class AttentionRecorder:
             same_len=q.shape[seq_dim] == k.shape[seq_dim],
         ))
         return func(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# The real server (main.py) in a subprocess
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ComfyUIServer:
+    process: Any
+    url: str
+    base_dir: Path
+    log_path: Path
+
+    def get_json(self, path: str, timeout: float = 30):
+        import urllib.request
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except Exception:
+                self.process.kill()
+                self.process.wait(timeout=20)
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(base_dir: Path, pack_dir: Path = REPO_ROOT, timeout_s: float = 180) -> ComfyUIServer:
+    """``main.py --cpu --listen 127.0.0.1 --port <free>`` with only this pack as custom node."""
+    import subprocess
+    import urllib.request
+    comfy_dir = prepared_comfyui_dir()
+    base_dir = Path(base_dir).resolve()
+    (base_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
+    link = base_dir / "custom_nodes" / PACK_NAME
+    if not link.exists():
+        link.symlink_to(Path(pack_dir).resolve(), target_is_directory=True)
+    port = _free_port()
+    log_path = base_dir / "server.log"
+    cmd = [sys.executable, str(comfy_dir / "main.py"), "--cpu", "--listen", "127.0.0.1", "--port", str(port),
+           "--base-directory", str(base_dir), "--disable-auto-launch", "--disable-metadata"]
+    env = dict(os.environ)  # carries TRITON_INTERPRET=1 from tests/conftest.py on CPU machines
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(cmd, cwd=comfy_dir, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = ComfyUIServer(process, f"http://127.0.0.1:{port}", base_dir, log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ComfyUI server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(server.url + "/system_stats", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except OSError:
+            time.sleep(0.5)
+    server.stop()
+    raise TimeoutError(f"ComfyUI server did not answer within {timeout_s} s:\n{log_path.read_text()[-4000:]}")

@@ -63,3 +63,12 @@ def tiny_model(comfyui):
         return cache[family, seed]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def comfyui_server(tmp_path_factory):
+    """The real ComfyUI web server/API (main.py --cpu) on a free loopback port, only this pack."""
+    from comfyui_harness import start_server
+    server = start_server(tmp_path_factory.mktemp("comfyui-server"))
+    yield server
+    server.stop()
