@@ -324,6 +324,37 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
                   f"first {first_call_s:.1f}s", flush=True)
 
 
+def sweep_psa(results, name, rho, H, D, rep_ms, configs):
+    """Time PSA launch configurations (block_n:warps:stages:gather) on one shape."""
+    from kernels.layout import tile_layout
+    from kernels.psa_triton import launch_psa_kernel, psa_kernel_schedule
+
+    grid, tile = PSA_SHAPES[name]
+    L = grid[0] * grid[1] * grid[2]
+    q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=5)
+    params, dens = psa_params_for_density(grid, tile, H, rho)
+    lay = tile_layout(grid, tile, pad=True, device="cuda")
+    blocked = [lay.to_blocks(x, dim=1) for x in (q, k, v)]
+    bt = tile[0] * tile[1] * tile[2]
+    scale = 1 / math.sqrt(D)
+    t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
+    for block_n, warps, stages, gather in configs:
+        sched = psa_kernel_schedule(grid, params, tile, 0, q.device, block_n=block_n)
+        args = (q, k, v) if gather else blocked
+        row = dict(shape=name, target_density=rho, density=dens, block_n=block_n, num_warps=warps,
+                   num_stages=stages, gather=bool(gather), cudnn_ms=t_dense)
+        try:
+            fn = lambda: launch_psa_kernel(*args, sched, bt, scale=scale, block_n=block_n,  # noqa: E731
+                                           num_warps=warps, num_stages=stages, gather=bool(gather))
+            row["psa_kernel_ms"] = bench_ms(fn, rep_ms)
+            row["speedup"] = t_dense / row["psa_kernel_ms"]
+        except Exception as exc:  # a configuration that does not compile or fit is recorded, not fatal
+            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        results["sweep"].append(row)
+        save(results)
+        print("sweep psa", {k_: (round(v_, 3) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="JSON file to write")
@@ -337,6 +368,7 @@ def main():
     ap.add_argument("--psa-shapes", default="wan720p,wan720p_unpadded,hunyuan768p")
     ap.add_argument("--psa-densities", default="0.15,0.40")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--psa-sweep", default="", help="PSA configs block_n:warps:stages:gather,... on wan720p")
     ap.add_argument("--sweep", default="", help="launch configs warps:stages:per_sm,... timed at 75,600 tokens")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
@@ -349,6 +381,10 @@ def main():
     if not args.skip_checks:
         check_sol(results)
         check_psa(results)
+    if args.psa_sweep:
+        configs = [tuple(int(x) for x in c.split(":")) for c in args.psa_sweep.split(",")]
+        for rho in (0.15, 0.40):
+            sweep_psa(results, "wan720p", rho, args.heads, args.head_dim, args.rep_ms, configs)
     if args.sweep:
         configs = [tuple(int(x) for x in c.split(":")) for c in args.sweep.split(",")]
         for rho in (0.10, 0.15):

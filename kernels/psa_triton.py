@@ -30,7 +30,7 @@ def _psa_kernel(
     stride_ob, stride_on, stride_oh,
     num_heads, num_blocks, tiles_per_block, list_stride, qk_scale_log2,
     HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr,
 ):
     # WORK lists (head, query block) pairs heaviest first; axis 1 is the tile, axis 2 the batch.
     hq = tl.load(WORK + tl.program_id(0))
@@ -43,7 +43,9 @@ def _psa_kernel(
         offs_d = tl.arange(0, HEAD_DIM)
         local = q_tile * BLOCK_M + offs_m
         row_ok = local < tl.load(BLOCK_LEN + qblk)
-        rows = tl.load(ROW_MAP + qblk * BLOCK_TOKENS + local, mask=row_ok, other=0).to(tl.int64)
+        rows = (qblk * BLOCK_TOKENS + local).to(tl.int64)
+        if GATHER:
+            rows = tl.load(ROW_MAP + rows, mask=row_ok, other=0).to(tl.int64)
         q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
                     mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
@@ -56,10 +58,10 @@ def _psa_kernel(
         n_short = tl.load(LIST_COUNTS + hq * 2 + 1)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
-            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, True)
+            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
-            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, True)
+            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER)
         out = acc / l_i[:, None]
         tl.store(O + b * stride_ob + h * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
                  out.to(O.dtype.element_ty), mask=row_ok[:, None])
@@ -121,8 +123,11 @@ def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_n: 
 
 
 def launch_psa_kernel(qb, kb, vb, schedule, block_tokens, *, scale, block_m=128, block_n=PSA_BLOCK_N,
-                      num_warps=8, num_stages=3):
-    """Run the PSA kernel on q/k/v (B, L, H, D) in sequence order; returns (B, L, H, D)."""
+                      num_warps=8, num_stages=3, gather=True):
+    """Run the PSA kernel on q/k/v (B, L, H, D) in sequence order; returns (B, L, H, D).
+
+    ``gather=False`` takes q/k/v already in blocked order (a benchmark of the slot map's cost).
+    """
     counts, ids, lengths, work, row_map = schedule
     B, S, H, D = qb.shape
     nb = lengths.shape[0]
@@ -137,6 +142,6 @@ def launch_psa_kernel(qb, kb, vb, schedule, block_tokens, *, scale, block_m=128,
         out.stride(0), out.stride(1), out.stride(2),
         H, nb, tiles, ids.shape[-1], scale * math.log2(math.e),
         HEAD_DIM=D, BLOCK_TOKENS=block_tokens, BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_DTYPE=dot_dtype_for(qb.dtype), num_warps=num_warps, num_stages=num_stages,
+        DOT_DTYPE=dot_dtype_for(qb.dtype), GATHER=gather, num_warps=num_warps, num_stages=num_stages,
     )
     return out
