@@ -18,7 +18,7 @@ import triton.language as tl
 
 from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for
 
-PSA_BLOCK_N = 64
+PSA_BLOCK_N = 128  # measured best on the H200 (benchmarks/NOTES.md)
 
 
 @triton.jit
