@@ -1,0 +1,181 @@
+"""Sol-Attn Triton kernel: fused threshold routing, proxy-score reuse and exact blocks.
+
+One persistent program walks work items (batch, head, query block of 64). Per item:
+1. Routing + approximation pass over the pooled keys in chunks of 64: the tile
+   S̃ = s·Q_i·K̄ᵀ is computed once; its column means are the proxy scores ŝ_i, compared with
+   τ_i to pick exact blocks; the unpicked columns enter the online softmax with weight
+   exp(S̃)·len_j (denominator) and exp(S̃)·V̂_j (numerator). The picked block indices are
+   appended to this program's own small staging row (O(#programs · N) int32 in all, reused
+   by every item the program handles; no per-query-block list and no N×N map exist).
+2. Exact pass: the shared tile loop visits the picked blocks (a software-pipelined loop over
+   the staged indices); a short tail block is visited last through the masked loop.
+The same kernel with ``ROUTE=False`` reads a precomputed block list instead of routing and
+skips the pooled term: the plain block-sparse baseline the routing overhead is measured
+against, and the ablation without correction.
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .tile_loop import NEG_BIG, attend_listed_blocks, softmax_update
+
+SOL_BLOCK_M = 64
+SOL_CHUNK = 64
+
+
+@triton.jit
+def _sol_kernel(
+    Q, K, V, O,
+    K_POOL, V_POOL, TAU, FORCED, BLOCK_LEN, STAGE, COUNTS,
+    LIST_COUNTS, LIST_IDS,
+    stride_qb, stride_qn, stride_qh,
+    stride_kb, stride_kn, stride_kh,
+    stride_vb, stride_vn, stride_vh,
+    stride_ob, stride_on, stride_oh,
+    seq_len, num_heads, num_blocks, total_items, stage_stride, list_stride,
+    sm_scale, qk_scale_log2, num_programs,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr,
+    TAIL_RAGGED: tl.constexpr, KEEP_DIAGONAL: tl.constexpr,
+    ROUTE: tl.constexpr, CORRECTION: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_c = tl.arange(0, CHUNK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    stage = STAGE + pid * stage_stride
+    # Full blocks are listed from the front of the staging row, the ragged tail at its end.
+    tail_slot = stage + stage_stride - 1
+    last_block = num_blocks - 1
+    for item in range(pid, total_items, num_programs):
+        qblk = item % num_blocks
+        bh = item // num_blocks
+        h = bh % num_heads
+        b = bh // num_heads
+        rows = qblk * BLOCK_M + offs_m
+        row_ok = rows < seq_len
+        q_ptrs = Q + b * stride_qb + h * stride_qh + rows[:, None].to(tl.int64) * stride_qn + offs_d[None, :]
+        q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
+        acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+        m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
+        k_base = K + b * stride_kb + h * stride_kh
+        v_base = V + b * stride_vb + h * stride_vh
+        if ROUTE:
+            # The previous item's exact pass may still read the staging row.
+            tl.debug_barrier()
+            n_valid_rows = tl.minimum(seq_len - qblk * BLOCK_M, BLOCK_M).to(tl.float32)
+            tau = tl.load(TAU + bh * num_blocks + qblk)
+            pool_off = bh.to(tl.int64) * num_blocks * HEAD_DIM
+            n_full = 0
+            n_tail = 0
+            for c0 in range(0, num_blocks, CHUNK):
+                cols = c0 + offs_c
+                col_ok = cols < num_blocks
+                kp = tl.load(K_POOL + pool_off + cols[:, None] * HEAD_DIM + offs_d[None, :],
+                             mask=col_ok[:, None], other=0.0)
+                s = tl.dot(q, tl.trans(kp.to(DOT_DTYPE))) * sm_scale
+                proxy = tl.sum(s, 0) / n_valid_rows
+                picked = (proxy > tau) | (tl.load(FORCED + cols, mask=col_ok, other=0) != 0)
+                if KEEP_DIAGONAL:
+                    picked = picked | (tl.abs(cols - qblk) <= 1)
+                picked = picked & col_ok
+                if TAIL_RAGGED:
+                    is_tail = cols == last_block
+                    n_tail += tl.sum((picked & is_tail).to(tl.int32), 0)
+                    listed = picked & (cols != last_block)
+                else:
+                    listed = picked
+                pos = n_full + tl.cumsum(listed.to(tl.int32), 0) - 1
+                tl.store(stage + pos, cols, mask=listed)
+                n_full += tl.sum(listed.to(tl.int32), 0)
+                if CORRECTION:
+                    approx = col_ok & (picked == 0)
+                    s2 = tl.where(approx[None, :], s * 1.4426950408889634, float("-inf"))
+                    m_new = tl.maximum(m_i, tl.max(s2, 1))
+                    alpha = tl.math.exp2(m_i - m_new)
+                    p = tl.math.exp2(s2 - m_new[:, None])
+                    lens = tl.load(BLOCK_LEN + cols, mask=col_ok, other=0.0)
+                    l_i = l_i * alpha + tl.sum(p * lens[None, :], 1)
+                    vp = tl.load(V_POOL + pool_off + cols[:, None] * HEAD_DIM + offs_d[None, :],
+                                 mask=col_ok[:, None], other=0.0)
+                    acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), vp.to(DOT_DTYPE))
+                    m_i = m_new
+            if TAIL_RAGGED:
+                tl.store(tail_slot, last_block)
+            # Make the staged indices visible to every thread of the program.
+            tl.debug_barrier()
+            full_ids = stage
+            tail_ids = tail_slot
+        else:
+            list_row = LIST_IDS + (bh.to(tl.int64) * num_blocks + qblk) * list_stride
+            n_full = tl.load(LIST_COUNTS + (bh * num_blocks + qblk) * 2)
+            n_tail = tl.load(LIST_COUNTS + (bh * num_blocks + qblk) * 2 + 1)
+            full_ids = list_row
+            tail_ids = list_row + n_full
+        acc, l_i, m_i = attend_listed_blocks(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN,
+            qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE)
+        if TAIL_RAGGED:
+            acc, l_i, m_i = attend_listed_blocks(
+                acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN,
+                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE)
+        tl.store(COUNTS + item, n_full + n_tail)
+        l_safe = tl.where(l_i > 0, l_i, 1.0)
+        out = acc / l_safe[:, None]
+        o_ptrs = O + b * stride_ob + h * stride_oh + rows[:, None].to(tl.int64) * stride_on + offs_d[None, :]
+        tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+
+
+def _programs_for(total_items: int, device) -> int:
+    if device.type == "cuda":
+        sms = torch.cuda.get_device_properties(device).multi_processor_count
+        return max(1, min(total_items, sms * PROGRAMS_PER_SM))
+    return max(1, min(total_items, 4))
+
+
+# Resident programs per multiprocessor of the persistent grid.
+PROGRAMS_PER_SM = 2
+
+
+def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale, keep_diagonal,
+                      route=True, correction=True, block_lists=None, num_warps=4, num_stages=3):
+    """Run the Sol kernel; returns (out (B, L, H, D), exact-block counts (B, H, N) int32).
+
+    With ``route=False``, ``block_lists`` = (counts int32 (B, H, N, 2) [full, tail],
+    ids int32 (B, H, N, W)) gives the exact blocks of each query block instead.
+    """
+    from ._checks import triton_interpreting
+
+    B, L, H, D = q.shape
+    n = block_len.shape[0]
+    out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
+    counts = torch.empty((B, H, n), device=q.device, dtype=torch.int32)
+    total = B * H * n
+    programs = _programs_for(total, q.device)
+    stage_stride = n + 1
+    stage = torch.empty((programs, stage_stride) if route else (1,), device=q.device, dtype=torch.int32)
+    if block_lists is None:
+        list_counts = list_ids = counts  # unused when routing
+        list_stride = 0
+    else:
+        list_counts, list_ids = block_lists
+        list_stride = list_ids.shape[-1]
+    upcast = triton_interpreting() and q.dtype == torch.bfloat16
+    dot_dtype = tl.float32 if upcast else (tl.float16 if q.dtype == torch.float16 else tl.bfloat16)
+    _sol_kernel[(programs,)](
+        q, k, v, out, k_pool, v_pool, tau, forced, block_len, stage, counts,
+        list_counts, list_ids,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        L, H, n, total, stage_stride, list_stride,
+        scale, scale * math.log2(math.e), programs,
+        HEAD_DIM=D, BLOCK_M=SOL_BLOCK_M, CHUNK=SOL_CHUNK,
+        TAIL_RAGGED=(L % SOL_BLOCK_M) != 0, KEEP_DIAGONAL=bool(keep_diagonal),
+        ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype,
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    return out, counts

@@ -1,0 +1,64 @@
+"""The one online-softmax tile loop that Sol-Attn and PSA share.
+
+Both methods reduce to: a resident query tile visits a list of key blocks. A key block is
+``BLOCK_TOKENS`` consecutive rows of K/V (64 for Sol, one PSABlock for PSA) whose first
+``len`` rows are real; it is walked in sub-tiles of ``BLOCK_N`` rows. Lists of blocks known to
+be full run the unmasked specialisation (no mask arithmetic in the hot loop); short blocks
+(ragged tail, 3D padding, text tokens) run the masked one.
+
+Online-softmax state: running max ``m_i`` (log2 domain), running sum ``l_i``, accumulator
+``acc``. ``m_i`` starts at a large finite negative number rather than -inf, so a tile whose
+entries are all masked leaves the state unchanged instead of producing NaN.
+"""
+import triton
+import triton.language as tl
+
+# Finite stand-in for -inf in the running max; see the module docstring.
+NEG_BIG = -1.0e30
+
+
+@triton.jit
+def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
+    """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D) into the state."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(P_DTYPE), v.to(P_DTYPE))
+    return acc, l_i, m_new
+
+
+@triton.jit
+def attend_listed_blocks(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_kn,
+    block_ids, count, block_len,
+    qk_scale_log2,
+    BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):
+    """Visit ``count`` key blocks whose indices are at ``block_ids[0:count]``.
+
+    ``block_len`` points at the real length of every block (read only when MASKED).
+    ``q`` is already in DOT_DTYPE; ``k_base``/``v_base`` point at row 0 of this (batch, head).
+    """
+    SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for t in range(0, count * SUB):
+        blk = tl.load(block_ids + t // SUB)
+        first = (t % SUB) * BLOCK_N
+        rows = blk * BLOCK_TOKENS + first + offs_n
+        ptr_off = rows[:, None].to(tl.int64) * stride_kn + offs_d[None, :]
+        if MASKED:
+            valid = (first + offs_n) < tl.load(block_len + blk)
+            k = tl.load(k_base + ptr_off, mask=valid[:, None], other=0.0)
+            v = tl.load(v_base + ptr_off, mask=valid[:, None], other=0.0)
+        else:
+            k = tl.load(k_base + ptr_off)
+            v = tl.load(v_base + ptr_off)
+        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
+        if MASKED:
+            s = tl.where(valid[None, :], s, float("-inf"))
+        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+    return acc, l_i, m_i
