@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 METHODS = ("sol_attn", "psa", "dense")
-ESTIMATORS = ("exact", "diagonal")
+ESTIMATORS = ("exact", "diag")
 BACKENDS = ("auto", "triton", "reference")
 
 

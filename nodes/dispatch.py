@@ -131,6 +131,9 @@ def _blhd(t: torch.Tensor, heads: int, skip_reshape: bool) -> torch.Tensor:
 class SparseAttention:
     """Per-patched-model dispatcher (see module docstring)."""
 
+    # Recognised by attribute, not isinstance: the pack may be imported under two names.
+    is_sparse_video_attention = True
+
     def __init__(self, config: PatchConfig, adapter, info, preset=None, prev_override=None):
         self.config = config
         self.adapter = adapter
