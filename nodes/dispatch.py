@@ -149,6 +149,16 @@ class SparseAttention:
         self._logged = set()
         self._hooks = []
 
+    def __deepcopy__(self, memo):
+        """ComfyUI deep-copies ``model_options`` on every ``ModelPatcher.clone()``. A clone
+        gets its own run state (no shared counters or hooks); settings, adapter and preset
+        are immutable and shared; an earlier override is copied as ComfyUI would copy it."""
+        import copy
+        new = SparseAttention(self.config, self.adapter, self.info, preset=self.preset,
+                              prev_override=copy.deepcopy(self.prev_override, memo))
+        memo[id(self)] = new
+        return new
+
     # ------------------------------------------------------------------ logging / stats
     def _note(self, reason: str, detail: str = ""):
         if reason in self._logged:

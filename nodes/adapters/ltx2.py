@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-from .base import ModelInfo
 from .ltxv import LTXVAdapter
 
 
@@ -28,7 +27,3 @@ class LTX2Adapter(LTXVAdapter):
     def matches(dm) -> bool:
         cls = _ltxav_class()
         return cls is not None and isinstance(dm, cls)
-
-    def info(self, dm) -> ModelInfo:
-        return ModelInfo(self.family, len(dm.transformer_blocks), int(dm.num_attention_heads),
-                         int(dm.attention_head_dim))

@@ -28,8 +28,9 @@ class LTXVAdapter(Adapter):
         return cls is not None and isinstance(dm, cls) and hasattr(dm, "transformer_blocks")
 
     def info(self, dm) -> ModelInfo:
-        return ModelInfo(self.family, len(dm.transformer_blocks), int(dm.num_attention_heads),
-                         int(dm.attention_head_dim))
+        attn = dm.transformer_blocks[0].attn1  # the video self-attention
+        return ModelInfo(self.family, len(dm.transformer_blocks), int(attn.heads),
+                         int(attn.dim_head))
 
     def patch_size(self, dm):
         p = getattr(getattr(dm, "patchifier", None), "patch_size", None)
