@@ -128,19 +128,15 @@ def _sol_kernel(
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
-def _programs_for(total_items: int, device) -> int:
+def _programs_for(total_items: int, device, per_sm: int) -> int:
     if device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        return max(1, min(total_items, sms * PROGRAMS_PER_SM))
+        return max(1, min(total_items, sms * per_sm))
     return max(1, min(total_items, 4))
 
 
-# Resident programs per multiprocessor of the persistent grid.
-PROGRAMS_PER_SM = 2
-
-
 def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale, keep_diagonal,
-                      route=True, correction=True, block_lists=None, num_warps=4, num_stages=3):
+                      route=True, correction=True, block_lists=None, num_warps=4, num_stages=3, programs_per_sm=2):
     """Run the Sol kernel; returns (out (B, L, H, D), exact-block counts (B, H, N) int32).
 
     With ``route=False``, ``block_lists`` = (counts int32 (B, H, N, 2) [full, tail],
@@ -153,7 +149,7 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
     out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     counts = torch.empty((B, H, n), device=q.device, dtype=torch.int32)
     total = B * H * n
-    programs = _programs_for(total, q.device)
+    programs = _programs_for(total, q.device, programs_per_sm)
     stage_stride = n + 1
     stage = torch.empty((programs, stage_stride) if route else (1,), device=q.device, dtype=torch.int32)
     if block_lists is None:
@@ -179,3 +175,25 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
         num_warps=num_warps, num_stages=num_stages,
     )
     return out, counts
+
+
+def block_lists_from_selection(selection: torch.Tensor, seq_len: int):
+    """Compact per-query-block lists for ``route=False`` from a bool (B, H, N, N) block mask.
+
+    Returns (counts int32 (B, H, N, 2) = [full blocks, ragged tail], ids int32 (B, H, N, W)):
+    ascending full-block ids first, then the tail block if picked. Used by the benchmark's
+    precomputed-mask baseline and by studies; the fused kernel never builds these.
+    """
+    B, H, N, _ = selection.shape
+    picked = selection.clone()
+    tail = torch.zeros(B, H, N, dtype=torch.int32, device=selection.device)
+    if seq_len % SOL_BLOCK_M:
+        tail = selection[..., N - 1].to(torch.int32)
+        picked[..., N - 1] = False
+    n_full = picked.sum(-1, dtype=torch.int32)
+    width = max(1, int((n_full + tail).max()))
+    # A stable sort brings the picked blocks to the front in ascending order.
+    ids = torch.argsort((~picked).to(torch.int8), dim=-1, stable=True)[..., :width].to(torch.int32)
+    at_tail = (torch.arange(width, device=selection.device) == n_full[..., None]) & (tail[..., None] == 1)
+    ids = torch.where(at_tail, torch.full_like(ids, N - 1), ids)
+    return torch.stack([n_full, tail], dim=-1).contiguous(), ids.contiguous()

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 # Finite stand-in for -inf in the running max; see the module docstring.
-NEG_BIG = -1.0e30
+NEG_BIG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
