@@ -10,7 +10,6 @@ import importlib
 import importlib.util
 import math
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def comfy():
-    base = Path(tempfile.gettempdir()) / "svattn-nodes-tests"
-    return H.start_comfyui(base, pack_dir=REPO)
+def comfy(comfyui):  # tests/conftest.py: ComfyUI in-process with only this pack
+    return comfyui
 
 
 @pytest.fixture(scope="module")
@@ -240,7 +238,8 @@ def _live(pack, model):
     ("auto", torch.float32, 64, "backend"),
     ("triton", torch.float16, 64, "device"),
 ])
-def test_rules_backend_device(pack, wan, backend, dtype, head_dim, reason):
+def test_rules_backend_device(pack, wan, backend, dtype, head_dim, reason, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # no interpreter: CPU means dense
     d = _live(pack, patch(pack, wan.patcher, backend=backend, dense_blocks=""))
     q = torch.randn(1, 72, 2 * head_dim, dtype=dtype)
     assert d.decide(q, q, 2, None, False)[0] == reason
@@ -366,3 +365,13 @@ def test_schedule_locate_denoise_and_custom(pack):
     sc = sched.locate(custom, ms)
     assert (sc.offset, sc.total_steps, sc.located) == (0, 3, False)
     assert math.isclose(sc.sigmas[1], 0.77, rel_tol=1e-6)
+
+
+def test_triton_op_through_the_dispatcher_path(pack):
+    """The custom op on the Triton backend (interpreted on CPU) matches the reference."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 128, 2, 64, generator=g).half() for _ in range(3))
+    out, dens = pack.ops.sol_attention(q, k, v, beta=float("-inf"), backend="triton")
+    ref, _ = pack.ops.sol_attention(q, k, v, beta=float("-inf"), backend="reference")
+    assert out.dtype == torch.float16 and dens.shape == (1, 2)
+    torch.testing.assert_close(out.float(), ref.float(), atol=2e-3, rtol=2e-3)
