@@ -1,0 +1,158 @@
+"""Settings of one "Sparse Attention Patch": parsing and validation, no ComfyUI import.
+
+Every error names the widget so the user can fix the node.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+METHODS = ("sol_attn", "psa", "dense")
+ESTIMATORS = ("exact", "diag")
+BACKENDS = ("auto", "triton", "reference")
+
+
+
+def parse_block_list(text: str) -> tuple[tuple[int, int], ...]:
+    """Parse ``dense_blocks`` such as ``"0"``, ``"0-1,-1"`` or ``""`` into inclusive ranges.
+
+    Negative numbers count from the end (``-1`` is the last block), as in Python. A range
+    ``a-b`` needs ``a`` and ``b`` of the same sign after resolving; ``"-2--1"`` is the last two.
+    Ranges are resolved against the model's block count later (:func:`resolve_blocks`).
+    """
+    if text is None:
+        return ()
+    text = str(text).strip()
+    if text == "" or text.lower() == "none":
+        return ()
+    out = []
+    for part in text.split(","):
+        if part.strip() == "":
+            continue
+        # "a-b" where a and b may be negative: split on a '-' that follows a digit
+        m = re.match(r"^\s*(-?\d+)\s*(?:(?<=\d)\s*-\s*(-?\d+))?\s*$", part)
+        if m is None:
+            raise ValueError(
+                f"dense_blocks: cannot read {part.strip()!r}; write block indices or ranges "
+                f"separated by commas, e.g. \"0\" or \"0-1,-1\" (-1 = last block)")
+        a = int(m.group(1))
+        b = int(m.group(2)) if m.group(2) is not None else a
+        out.append((a, b))
+    return tuple(out)
+
+
+def resolve_blocks(ranges, total_blocks: int) -> frozenset:
+    """Turn parsed ranges into a set of block indices for a model with ``total_blocks``."""
+    blocks = set()
+    for a, b in ranges:
+        ra = a + total_blocks if a < 0 else a
+        rb = b + total_blocks if b < 0 else b
+        for name, v, raw in (("start", ra, a), ("end", rb, b)):
+            if not 0 <= v < total_blocks:
+                raise ValueError(
+                    f"dense_blocks: block {raw} is out of range for a model with "
+                    f"{total_blocks} blocks (valid: 0..{total_blocks - 1} or -{total_blocks}..-1)")
+        if rb < ra:
+            raise ValueError(f"dense_blocks: range {a}-{b} is empty (end before start)")
+        blocks.update(range(ra, rb + 1))
+    return frozenset(blocks)
+
+
+def parse_tile(text: str) -> Optional[tuple[int, int, int]]:
+    """Parse ``reorder``: ``"off"``/``""`` → None, ``"bt,bh,bw"`` → a 3D tile."""
+    if text is None:
+        return None
+    t = str(text).strip().lower()
+    if t in ("", "off", "none", "no"):
+        return None
+    parts = [p for p in re.split(r"[,x×\s]+", t) if p]
+    try:
+        tile = tuple(int(p) for p in parts)
+    except ValueError:
+        tile = ()
+    if len(tile) != 3 or any(v < 1 for v in tile):
+        raise ValueError(
+            f"reorder: expected \"off\" or three positive integers bt,bh,bw (e.g. \"1,4,16\"), "
+            f"got {text!r}")
+    return tile  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class PatchConfig:
+    method: str = "sol_attn"
+    beta: float = 1.5
+    target_sparsity: float = 0.0
+    estimator: str = "exact"
+    warmup: float = 0.2
+    final_dense: float = 0.0
+    dense_blocks: tuple = ((0, 0),)
+    min_tokens: int = 4096
+    reorder: Optional[tuple] = None
+    backend: str = "auto"
+    keep_diagonal: bool = False
+    dense_blocks_text: str = field(default="0", compare=False)
+
+    @property
+    def effective_beta(self) -> float:
+        """β used by Sol-Attn: from ``target_sparsity`` when it is set, else ``beta``."""
+        if self.target_sparsity > 0.0:
+            from ._kernels import kernels
+            return float(kernels.beta_for_density(1.0 - self.target_sparsity))
+        return float(self.beta)
+
+    def warmup_steps(self, total_steps: int) -> int:
+        """Number of leading dense steps: ``round(warmup × total)``, halves rounded up."""
+        return int(math.floor(self.warmup * total_steps + 0.5 + 1e-9))
+
+    def final_dense_steps(self, total_steps: int) -> int:
+        return int(math.floor(self.final_dense * total_steps + 0.5 + 1e-9))
+
+    def step_is_dense(self, step: Optional[int], total: Optional[int]) -> bool:
+        if step is None or total is None:
+            return False
+        if step < self.warmup_steps(total):
+            return True
+        return step >= total - self.final_dense_steps(total)
+
+
+def _num(name, value, lo=None, hi=None, integer=False, allow_neg_inf=False):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if math.isnan(v):
+        raise ValueError(f"{name}: NaN is not allowed")
+    if math.isinf(v) and not (allow_neg_inf and v < 0):
+        raise ValueError(f"{name}: must be finite, got {value!r}")
+    if integer and v != int(v):
+        raise ValueError(f"{name}: expected a whole number, got {value!r}")
+    if lo is not None and v < lo:
+        raise ValueError(f"{name}: must be ≥ {lo}, got {value!r}")
+    if hi is not None and v > hi:
+        raise ValueError(f"{name}: must be ≤ {hi}, got {value!r}")
+    return int(v) if integer else v
+
+
+def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exact",
+                warmup=0.2, final_dense=0.0, dense_blocks="0", min_tokens=4096,
+                reorder="off", backend="auto", keep_diagonal=False) -> PatchConfig:
+    """Validate widget values; raise ValueError/TypeError naming the widget."""
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"estimator: expected one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    beta = _num("beta", beta, allow_neg_inf=True)
+    target_sparsity = _num("target_sparsity", target_sparsity, 0.0, 0.999)
+    warmup = _num("warmup", warmup, 0.0, 1.0)
+    final_dense = _num("final_dense", final_dense, 0.0, 1.0)
+    if warmup + final_dense > 1.0:
+        raise ValueError(f"warmup + final_dense must be ≤ 1 (got {warmup} + {final_dense})")
+    min_tokens = _num("min_tokens", min_tokens, 0, None, integer=True)
+    return PatchConfig(
+        method=method, beta=beta, target_sparsity=target_sparsity, estimator=estimator,
+        warmup=warmup, final_dense=final_dense, dense_blocks=parse_block_list(dense_blocks),
+        min_tokens=min_tokens, reorder=parse_tile(reorder), backend=backend,
+        keep_diagonal=bool(keep_diagonal), dense_blocks_text=str(dense_blocks))

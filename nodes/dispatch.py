@@ -1,0 +1,408 @@
+"""The one dispatcher: per attention call, decide what runs.
+
+One :class:`SparseAttention` object belongs to one patched model (one "Sparse Attention
+Patch" node output). It is, at the same time,
+
+- the ``optimized_attention_override`` placed in that clone's ``transformer_options``
+  (ComfyUI ≥ 0.3.60 calls it as ``override(func, *args, **kwargs)`` for every attention);
+- an OUTER_SAMPLE wrapper: per sampling run, locates the run's sigmas in the full schedule
+  (:mod:`.schedule`), registers the adapter's forward hooks on the diffusion model and
+  removes them afterwards, and logs the run summary;
+- an APPLY_MODEL wrapper: per model evaluation (outside any torch.compile region), computes
+  the token grid from the latent and the step index from the current sigma.
+
+Nothing is stored in module or class globals: two patched models share no state, and the
+unpatched model never sees the override, the wrappers or the hooks outside our runs.
+
+Rules, in order (the first that applies gives the reason a call stays dense):
+``method_dense`` → ``not_video_self_attention`` (cross, audio, text refiner, anything outside
+a hooked module) → ``mask`` → ``warmup`` / ``final_dense`` → ``dense_block`` →
+``min_tokens`` → ``grid`` (tokens do not form the latent grid) → ``backend`` (auto on a
+machine without CUDA) / ``device`` / ``dtype`` / ``head_dim`` → PSA ``preset_*`` → sparse.
+A kernel exception falls back to dense (``kernel_error``). Every reason is logged once per
+patched model; unexpected ones as warnings.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from typing import Optional
+
+import torch
+
+from . import ops
+from .adapters.base import register_hooks
+from .config import PatchConfig, resolve_blocks
+from .schedule import Schedule, locate
+
+log = logging.getLogger("sparse_video_attention")
+
+TRANSFORMER_OPTIONS_KEY = "sparse_video_attention"
+WRAPPER_KEY = "sparse_video_attention"
+
+# Reasons that mean "working as configured" are logged at INFO; the rest at WARNING.
+EXPECTED_REASONS = {"method_dense", "not_video_self_attention", "warmup", "final_dense",
+                    "dense_block", "min_tokens"}
+
+_REASON_TEXT = {
+    "method_dense": "method is 'dense'",
+    "not_video_self_attention": "not a video self-attention call (cross/audio/text attention)",
+    "mask": "the call carries an attention mask; the sparse kernels take none",
+    "warmup": "inside the dense warm-up steps",
+    "final_dense": "inside the dense final steps",
+    "dense_block": "block listed in dense_blocks",
+    "min_tokens": "sequence shorter than min_tokens",
+    "grid": "token count does not match the latent grid",
+    "backend": "backend 'auto' found no CUDA device; choose 'reference' to run the float "
+               "reference on this device",
+    "device": "the Triton kernels need a CUDA tensor",
+    "dtype": "the Triton kernels take float16/bfloat16 only",
+    "head_dim": "the Triton kernels take head dim 64 or 128 only",
+    "preset_grid": "the preset was searched for another token grid",
+    "preset_layer": "the preset has no entry for this block",
+    "kernel_error": "the sparse kernel raised an exception",
+}
+
+
+class _Forward:
+    """Facts about the diffusion-model forward in progress (one object, reused)."""
+    __slots__ = ("active", "grid", "step", "total", "step_reason", "block", "role", "info",
+                 "hooks_live")
+
+    def __init__(self):
+        self.active = False
+        self.grid = None
+        self.step = None
+        self.total = None
+        self.step_reason = None
+        self.block = None
+        self.role = None
+        self.info = {}
+        self.hooks_live = False
+
+
+class RunStats:
+    """Counts of one sampling run; readable as a plain dict via :meth:`as_dict`."""
+
+    def __init__(self):
+        self.forwards = 0
+        self.sparse = 0
+        self.dense = defaultdict(int)
+        self.per_step = defaultdict(lambda: {"sparse": 0, "dense": 0})
+        # (step, block) -> [sum of per-call mean densities (tensor), calls]
+        self.density = {}
+        self.schedule = None
+        self.compiled_calls_unseen = False
+
+    def as_dict(self) -> dict:
+        steps = {}
+        for step, c in sorted(self.per_step.items(), key=lambda kv: (kv[0] is None, kv[0])):
+            steps[step] = dict(c)
+        dens_step = defaultdict(list)
+        layer_step = {}
+        for (step, block), (s, n) in self.density.items():
+            d = float(s) / n
+            layer_step[(step, block)] = d
+            dens_step[step].append(d)
+        for step, ds in dens_step.items():
+            steps.setdefault(step, {"sparse": 0, "dense": 0})["mean_density"] = sum(ds) / len(ds)
+        total = self.sparse + sum(self.dense.values())
+        return {
+            "forwards": self.forwards,
+            "calls": total,
+            "sparse_calls": self.sparse,
+            "dense_calls": dict(self.dense),
+            "steps": steps,
+            "density_by_step_block": layer_step,
+            "mean_density": (sum(layer_step.values()) / len(layer_step)) if layer_step else None,
+            "schedule": self.schedule,
+            "compiled_calls_unseen": self.compiled_calls_unseen,
+        }
+
+
+def _blhd(t: torch.Tensor, heads: int, skip_reshape: bool) -> torch.Tensor:
+    if skip_reshape:  # (B, H, L, D)
+        return t.transpose(1, 2)
+    b, n, hd = t.shape
+    return t.view(b, n, heads, hd // heads)
+
+
+class SparseAttention:
+    """Per-patched-model dispatcher (see module docstring)."""
+
+    # Recognised by attribute, not isinstance: the pack may be imported under two names.
+    is_sparse_video_attention = True
+
+    def __init__(self, config: PatchConfig, adapter, info, preset=None, prev_override=None):
+        self.config = config
+        self.adapter = adapter
+        self.info = info
+        self.preset = preset
+        self.prev_override = prev_override
+        self.dense_blocks = resolve_blocks(config.dense_blocks, info.num_blocks)
+        self.beta = config.effective_beta if config.method == "sol_attn" else None
+        self.fwd = _Forward()
+        self.stats = RunStats()
+        self.last_run: Optional[dict] = None
+        self.schedule: Optional[Schedule] = None
+        self._logged = set()
+        self._hooks = []
+
+    def __deepcopy__(self, memo):
+        """ComfyUI deep-copies ``model_options`` on every ``ModelPatcher.clone()``. A clone
+        gets its own run state (no shared counters or hooks); settings, adapter and preset
+        are immutable and shared; an earlier override is copied as ComfyUI would copy it."""
+        import copy
+        new = SparseAttention(self.config, self.adapter, self.info, preset=self.preset,
+                              prev_override=copy.deepcopy(self.prev_override, memo))
+        memo[id(self)] = new
+        return new
+
+    # ------------------------------------------------------------------ logging / stats
+    def _note(self, reason: str, detail: str = ""):
+        if reason in self._logged:
+            return
+        self._logged.add(reason)
+        msg = f"[sparse-video-attention] {self.info.family}: dense because " \
+              f"{_REASON_TEXT.get(reason, reason)}{': ' + detail if detail else ''} " \
+              f"(logged once)"
+        (log.info if reason in EXPECTED_REASONS else log.warning)(msg)
+
+    def _count(self, reason: Optional[str], density=None):
+        if torch.compiler.is_compiling():
+            # Python counters inside a compiled region would be specialised into guards.
+            self.stats.compiled_calls_unseen = True
+            return
+        step = self.fwd.step
+        if reason is None:
+            self.stats.sparse += 1
+            self.stats.per_step[step]["sparse"] += 1
+            if density is not None:
+                key = (step, self.fwd.block)
+                d = density.detach().float().mean()
+                if key in self.stats.density:
+                    s, n = self.stats.density[key]
+                    self.stats.density[key] = [s + d, n + 1]
+                else:
+                    self.stats.density[key] = [d, 1]
+        else:
+            self.stats.dense[reason] += 1
+            self.stats.per_step[step]["dense"] += 1
+
+    def summary(self) -> dict:
+        """Summary of the last finished sampling run (or the one in progress)."""
+        if self.last_run is not None:
+            return self.last_run
+        return self.stats.as_dict()
+
+    # ------------------------------------------------------------------ hooks
+    def _enter(self, block, role, args, kwargs):
+        f = self.fwd
+        if not f.active:
+            return
+        f.block, f.role = block, role
+        self.adapter.observe(role, args, kwargs, f.info)
+
+    def _leave(self, block):
+        f = self.fwd
+        f.block, f.role = None, None
+
+    def _install_hooks(self, dm):
+        self._remove_hooks()
+        self._hooks = register_hooks(self.adapter, dm, self._enter, self._leave)
+        self.fwd.hooks_live = True
+
+    def _remove_hooks(self):
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.fwd.hooks_live = False
+
+    # ------------------------------------------------------------------ wrappers
+    def outer_sample(self, executor, *args, **kwargs):
+        """OUTER_SAMPLE wrapper: one sampling run of this patched model."""
+        guider = executor.class_obj
+        sigmas = kwargs.get("sigmas", args[3] if len(args) > 3 else None)
+        patcher = guider.model_patcher
+        try:
+            ms = patcher.get_model_object("model_sampling")
+        except Exception:
+            ms = None
+        self.schedule = locate(sigmas, ms) if sigmas is not None else None
+        self.stats = RunStats()
+        self.last_run = None
+        if self.schedule is not None:
+            sc = self.schedule
+            self.stats.schedule = {"offset": sc.offset, "total_steps": sc.total_steps,
+                                   "steps_this_run": len(sc.sigmas) - 1,
+                                   "located": sc.located, "scheduler": sc.scheduler}
+            if not sc.located:
+                log.info("[sparse-video-attention] could not find this sampler's sigmas in a "
+                         "standard schedule; warm-up counts the %d steps of this sampler call",
+                         len(sc.sigmas) - 1)
+        self._install_hooks(patcher.model.diffusion_model)
+        try:
+            return executor(*args, **kwargs)
+        finally:
+            self._remove_hooks()
+            self.last_run = self.stats.as_dict()
+            self._log_summary(self.last_run)
+
+    def apply_model(self, executor, x, t, c_concat=None, c_crossattn=None, control=None,
+                    transformer_options={}, **kwargs):
+        """APPLY_MODEL wrapper: facts for one model evaluation."""
+        f = self.fwd
+        dm = executor.class_obj.diffusion_model
+        own_hooks = not f.hooks_live
+        if own_hooks:  # called outside a sampler run
+            self._install_hooks(dm)
+        f.active = True
+        f.info = {}
+        f.block = f.role = None
+        try:
+            f.grid = self.adapter.grid(dm, x, kwargs)
+        except Exception as e:  # pragma: no cover - defensive
+            f.grid = None
+            self._note("grid", f"cannot read the latent shape ({e})")
+        f.step, f.total, f.step_reason = self._step_of(transformer_options)
+        self.stats.forwards += 1
+        try:
+            return executor(x, t, c_concat, c_crossattn, control, transformer_options, **kwargs)
+        finally:
+            f.active = False
+            f.block = f.role = None
+            if own_hooks:
+                self._remove_hooks()
+
+    def _step_of(self, transformer_options):
+        sc = self.schedule
+        sig = transformer_options.get("sigmas") if transformer_options else None
+        if sc is None:
+            sample_sigmas = transformer_options.get("sample_sigmas") if transformer_options else None
+            if sample_sigmas is None or sig is None:
+                return None, None, None
+            sc = self.schedule = locate(sample_sigmas, None)
+        if sig is None:
+            return None, None, None
+        sigma = float(sig.detach().float().max()) if torch.is_tensor(sig) else float(sig)
+        step = sc.step_of(sigma)
+        total = sc.total_steps
+        reason = None
+        if step < self.config.warmup_steps(total):
+            reason = "warmup"
+        elif step >= total - self.config.final_dense_steps(total):
+            reason = "final_dense"
+        return step, total, reason
+
+    def _log_summary(self, s: dict):
+        dense = ", ".join(f"{k}={v}" for k, v in sorted(s["dense_calls"].items())) or "none"
+        md = s["mean_density"]
+        log.info("[sparse-video-attention] %s %s: %d forwards, %d attention calls, %d sparse "
+                 "(mean density %s), dense: %s", self.info.family, self.config.method,
+                 s["forwards"], s["calls"], s["sparse_calls"],
+                 "n/a" if md is None else f"{md:.3f}", dense)
+
+    # ------------------------------------------------------------------ the override
+    def _dense(self, func, args, kwargs):
+        if self.prev_override is not None:
+            return self.prev_override(func, *args, **kwargs)
+        return func(*args, **kwargs)
+
+    def _resolve_backend(self, q, head_dim):
+        b = self.config.backend
+        if b == "reference":
+            return "reference", None
+        if b == "auto" and not q.is_cuda:
+            return None, "backend"
+        if not q.is_cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            return None, "device"
+        if q.dtype not in (torch.float16, torch.bfloat16):
+            return None, "dtype"
+        if head_dim not in (64, 128):
+            return None, "head_dim"
+        return "triton", None
+
+    def decide(self, q, k, heads, mask, skip_reshape):
+        """Return ``(None, plan)`` to run sparse or ``(reason, detail)`` to stay dense."""
+        cfg = self.config
+        f = self.fwd
+        if cfg.method == "dense":
+            return "method_dense", ""
+        if not f.active or f.role is None or f.grid is None:
+            return "not_video_self_attention", ""
+        lq = q.shape[2] if skip_reshape else q.shape[1]
+        lk = k.shape[2] if skip_reshape else k.shape[1]
+        if lq != lk:
+            return "not_video_self_attention", ""
+        if mask is not None:
+            return "mask", ""
+        if f.step_reason is not None:
+            return f.step_reason, ""
+        if f.block in self.dense_blocks:
+            return "dense_block", ""
+        if lq < cfg.min_tokens:
+            return "min_tokens", f"{lq} < {cfg.min_tokens}"
+        n_video = self.adapter.video_tokens(lq, f.grid, f.info)
+        if n_video is None:
+            return "grid", f"{lq} tokens, latent grid {f.grid}"
+        head_dim = q.shape[-1] if skip_reshape else q.shape[-1] // heads
+        backend, why = self._resolve_backend(q, head_dim)
+        if backend is None:
+            return why, f"{q.device.type} {q.dtype} head_dim={head_dim}"
+        hw = f.grid[1] * f.grid[2]
+        grid = (n_video // hw, f.grid[1], f.grid[2])
+        plan = {"backend": backend, "grid": grid, "n_video": n_video, "seq_len": lq}
+        if cfg.method == "psa":
+            p = self.preset
+            if tuple(p.grid) != tuple(grid):
+                return "preset_grid", f"preset grid {tuple(p.grid)}, this video {grid}"
+            params = p.params_for_layer(f.block)
+            if params is None:
+                return "preset_layer", f"block {f.block}"
+            plan["params"] = params
+        return None, plan
+
+    def __call__(self, func, *args, **kwargs):
+        q = args[0] if len(args) > 0 else kwargs.get("q")
+        k = args[1] if len(args) > 1 else kwargs.get("k")
+        v = args[2] if len(args) > 2 else kwargs.get("v")
+        heads = args[3] if len(args) > 3 else kwargs.get("heads")
+        mask = args[4] if len(args) > 4 else kwargs.get("mask")
+        skip_reshape = bool(kwargs.get("skip_reshape", False))
+        skip_output_reshape = bool(kwargs.get("skip_output_reshape", False))
+        if q is None or k is None or v is None or heads is None:
+            return self._dense(func, args, kwargs)
+
+        reason, plan = self.decide(q, k, heads, mask, skip_reshape)
+        if reason is not None:
+            self._note(reason, plan)
+            self._count(reason)
+            return self._dense(func, args, kwargs)
+        try:
+            out, density = self._run_sparse(q, k, v, heads, skip_reshape, plan)
+        except Exception as e:  # never crash a workflow
+            self._note("kernel_error", f"{type(e).__name__}: {e}")
+            self._count("kernel_error")
+            return self._dense(func, args, kwargs)
+        self._count(None, density)
+        b, l, h, d = out.shape
+        if skip_output_reshape:
+            return out.transpose(1, 2)
+        return out.reshape(b, l, h * d)
+
+    def _run_sparse(self, q, k, v, heads, skip_reshape, plan):
+        q4, k4, v4 = (_blhd(t, heads, skip_reshape) for t in (q, k, v))
+        cfg = self.config
+        n_video, seq_len, grid = plan["n_video"], plan["seq_len"], plan["grid"]
+        if cfg.method == "sol_attn":
+            sinks = [(n_video, seq_len)] if seq_len > n_video else None
+            reorder = cfg.reorder
+            return ops.sol_attention(q4, k4, v4, beta=self.beta, estimator=cfg.estimator,
+                                     sinks=sinks, keep_diagonal=cfg.keep_diagonal,
+                                     grid=grid if reorder else None, reorder=reorder,
+                                     backend=plan["backend"])
+        params = plan["params"].to(device=q.device)
+        out = ops.psa_attention(q4, k4, v4, grid=grid, params=params, tile=self.preset.tile,
+                                extra_tokens=seq_len - n_video, backend=plan["backend"])
+        return out, None

@@ -1,0 +1,21 @@
+"""The pack's V3 entry point (the only registration style used)."""
+from __future__ import annotations
+
+from typing_extensions import override
+
+from comfy_api.latest import ComfyExtension, io
+
+from .node_patch import SparseAttentionPatch
+from .node_preset import LoadStripeMaskPreset
+from .presets import register_folder
+
+
+class SparseVideoAttentionExtension(ComfyExtension):
+    @override
+    async def get_node_list(self) -> list[type[io.ComfyNode]]:
+        return [SparseAttentionPatch, LoadStripeMaskPreset]
+
+
+async def comfy_entrypoint() -> SparseVideoAttentionExtension:
+    register_folder()
+    return SparseVideoAttentionExtension()

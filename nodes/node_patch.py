@@ -1,0 +1,83 @@
+"""The "Sparse Attention Patch" node (MODEL → MODEL)."""
+from __future__ import annotations
+
+from comfy_api.latest import io
+
+from .config import BACKENDS, ESTIMATORS, METHODS, make_config
+from .patching import patch_model
+
+PRESET_TYPE = "SPARSE_MASK_PRESET"
+Preset = io.Custom(PRESET_TYPE)
+
+_DENSITY_TABLE = "β 1.0 → ~16 % of key blocks exact, 1.5 → ~7 %, 2.0 → ~2.3 % (density = 1 − Φ(β))"
+
+
+class SparseAttentionPatch(io.ComfyNode):
+    @classmethod
+    def define_schema(cls) -> io.Schema:
+        return io.Schema(
+            node_id="SparseAttentionPatch",
+            display_name="Sparse Attention Patch",
+            category="model_patches/sparse_attention",
+            description="Swap the video self-attention of Wan, HunyuanVideo, LTX-Video or LTX-2 "
+                        "for training-free sparse attention (Sol-Attn or PSA). Cross, text and "
+                        "audio attention stay dense; every call the node cannot take runs the "
+                        "normal attention.",
+            inputs=[
+                io.Model.Input("model", tooltip="The video diffusion model to patch (a patched "
+                               "copy is returned; the input model is unchanged)."),
+                io.Combo.Input("method", options=list(METHODS), default="sol_attn",
+                               tooltip="sol_attn: dynamic block routing per query block "
+                                       "(no preset needed). psa: static per-head stripe masks "
+                                       "from a preset. dense: leave attention unchanged."),
+                io.Float.Input("beta", default=1.5, min=-10.0, max=10.0, step=0.05,
+                               tooltip="Sol-Attn threshold in standard deviations of the proxy "
+                                       "scores (unitless). Higher = sparser. " + _DENSITY_TABLE
+                                       + ". Ignored when target_sparsity > 0."),
+                io.Float.Input("target_sparsity", default=0.0, min=0.0, max=0.99, step=0.01,
+                               tooltip="Alternative to beta: the fraction of key blocks to skip "
+                                       "(0 = use beta). β is derived as Φ⁻¹(target_sparsity); "
+                                       "expected density = 1 − target_sparsity, e.g. 0.85 → "
+                                       "β ≈ 1.04, 0.90 → β ≈ 1.28."),
+                io.Combo.Input("estimator", options=list(ESTIMATORS), default="exact",
+                               tooltip="How Sol-Attn estimates the spread of the proxy scores: "
+                                       "exact (d×d covariance) or diag (diagonal, cheaper)."),
+                io.Float.Input("warmup", default=0.2, min=0.0, max=1.0, step=0.01,
+                               tooltip="Fraction of the denoising steps (of the full schedule, "
+                                       "also across KSamplerAdvanced splits) that run dense at "
+                                       "the start. 0.2 = first 20 % (the papers' setting)."),
+                io.Float.Input("final_dense", default=0.0, min=0.0, max=1.0, step=0.01,
+                               tooltip="Fraction of the denoising steps that run dense at the "
+                                       "end (0 = none)."),
+                io.String.Input("dense_blocks", default="0",
+                                tooltip="Transformer blocks that stay dense: indices or ranges, "
+                                        "comma separated; negative counts from the end. "
+                                        "\"0\" = first block (the papers' setting), "
+                                        "\"0-1,-1\" = first two and the last, \"\" = none."),
+                io.Int.Input("min_tokens", default=4096, min=0, max=10_000_000, step=256,
+                             tooltip="Sequences shorter than this many tokens stay dense "
+                                     "(sparse kernels pay off on long videos only)."),
+                io.String.Input("reorder", default="off",
+                                tooltip="Sol-Attn only: \"off\", or a 3D tile bt,bh,bw in latent "
+                                        "tokens (e.g. \"1,4,16\"); tokens are visited tile by "
+                                        "tile so each 64-token block is a compact 3D patch."),
+                io.Combo.Input("backend", options=list(BACKENDS), default="auto",
+                               tooltip="auto: Triton kernels on CUDA, dense elsewhere. triton: "
+                                       "always the Triton kernels. reference: the float32 "
+                                       "reference (slow; for CPU tests and debugging)."),
+                Preset.Input("preset", optional=True,
+                             tooltip="Stripe-mask preset for method psa, from 'Load Stripe Mask "
+                                     "Preset'."),
+            ],
+            outputs=[io.Model.Output(tooltip="The patched model.")],
+        )
+
+    @classmethod
+    def execute(cls, model, method="sol_attn", beta=1.5, target_sparsity=0.0,
+                estimator="exact", warmup=0.2, final_dense=0.0, dense_blocks="0",
+                min_tokens=4096, reorder="off", backend="auto", preset=None) -> io.NodeOutput:
+        config = make_config(method=method, beta=beta, target_sparsity=target_sparsity,
+                             estimator=estimator, warmup=warmup, final_dense=final_dense,
+                             dense_blocks=dense_blocks, min_tokens=min_tokens, reorder=reorder,
+                             backend=backend)
+        return io.NodeOutput(patch_model(model, config, preset=preset))

@@ -1,0 +1,72 @@
+"""Patch a ComfyUI model clone with a :class:`~.dispatch.SparseAttention` dispatcher.
+
+Only ``model.clone()``'s own ``model_options`` change: the attention override in
+``transformer_options``, one OUTER_SAMPLE and one APPLY_MODEL wrapper under our key. No
+ComfyUI module is modified. Patching an already patched model replaces our earlier patch
+(its override is unwrapped to whatever was there before it).
+"""
+from __future__ import annotations
+
+import logging
+
+from .adapters import adapter_for
+from .config import PatchConfig
+from .dispatch import TRANSFORMER_OPTIONS_KEY, WRAPPER_KEY, SparseAttention
+from .presets import check_preset
+
+log = logging.getLogger("sparse_video_attention")
+
+
+def _diffusion_model(model):
+    return model.get_model_object("diffusion_model")
+
+
+def patch_model(model, config: PatchConfig, preset=None):
+    """Return a patched clone of ``model`` (a ComfyUI ModelPatcher).
+
+    Raises ValueError for settings that cannot apply to this model (dense_blocks out of
+    range, PSA without a preset or with one that does not match). An unsupported model
+    family is not an error: the model is returned unpatched with a warning.
+    """
+    import comfy.patcher_extension as pe
+
+    dm = _diffusion_model(model)
+    adapter = adapter_for(dm)
+    if adapter is None:
+        log.warning("[sparse-video-attention] %s is not a supported video model (Wan, "
+                    "HunyuanVideo, LTX-Video, LTX-2); returning the model unchanged",
+                    type(dm).__name__)
+        return model
+    info = adapter.info(dm)
+    if config.method == "psa":
+        if preset is None:
+            raise ValueError("preset: method 'psa' needs a stripe-mask preset; connect a "
+                             "'Load Stripe Mask Preset' node")
+        check_preset(preset, info)
+
+    m = model.clone()
+    to = m.model_options.setdefault("transformer_options", {})
+    prev = to.get("optimized_attention_override")
+    while getattr(prev, "is_sparse_video_attention", False):  # re-patching replaces our earlier patch
+        prev = prev.prev_override
+    state = SparseAttention(config, adapter, info, preset=preset, prev_override=prev)
+    m.remove_wrappers_with_key(pe.WrappersMP.OUTER_SAMPLE, WRAPPER_KEY)
+    m.remove_wrappers_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY)
+    to["optimized_attention_override"] = state
+    to[TRANSFORMER_OPTIONS_KEY] = state
+    m.add_wrapper_with_key(pe.WrappersMP.OUTER_SAMPLE, WRAPPER_KEY, state.outer_sample)
+    m.add_wrapper_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY, state.apply_model)
+    return m
+
+
+def dispatcher_of(model):
+    """The dispatcher of a patched model, or None."""
+    to = model.model_options.get("transformer_options", {})
+    state = to.get(TRANSFORMER_OPTIONS_KEY)
+    return state if getattr(state, "is_sparse_video_attention", False) else None
+
+
+def run_summary(model):
+    """Summary dict of the last sampling run of a patched model (None if not patched)."""
+    state = dispatcher_of(model)
+    return None if state is None else state.summary()

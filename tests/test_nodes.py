@@ -1,0 +1,377 @@
+"""The nodes inside a real ComfyUI (CPU): dispatch rules, adapters, schedules, compile.
+
+ComfyUI is started in-process with only this pack loaded (tests/comfyui_harness.py); models
+are tiny instances of ComfyUI's own classes loaded through its loader, sampled with its real
+sampler. Sparse attention runs on the float reference backend (CPU).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import comfyui_harness as H
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def comfy(comfyui):  # tests/conftest.py: ComfyUI in-process with only this pack
+    return comfyui
+
+
+@pytest.fixture(scope="module")
+def pack(comfy):
+    root = comfy.pack_module()
+
+    class Pack:
+        def __getattr__(self, name):
+            return importlib.import_module(f"{root.__name__}.nodes.{name}")
+    return Pack()
+
+
+def patch(pack, model, **widgets):
+    widgets.setdefault("backend", "reference")
+    widgets.setdefault("min_tokens", 0)
+    return pack.node_patch.SparseAttentionPatch.execute(model, **widgets).result[0]
+
+
+def summary(pack, model):
+    return pack.patching.run_summary(model)
+
+
+@pytest.fixture(scope="module")
+def wan(comfy):
+    return H.build_wan21(0, num_layers=3)
+
+
+@pytest.fixture(scope="module")
+def wan_base(wan):
+    return H.sample(wan, steps=5)
+
+
+# --------------------------------------------------------------------------------- nodes
+
+def test_nodes_registered_with_tooltips(comfy, pack):
+    assert set(comfy.pack_node_names()) >= {"SparseAttentionPatch", "LoadStripeMaskPreset"}
+    for cls in (pack.node_patch.SparseAttentionPatch, pack.node_preset.LoadStripeMaskPreset):
+        schema = cls.define_schema()
+        for inp in schema.inputs:
+            assert inp.tooltip, f"{schema.node_id}.{inp.id} has no tooltip"
+    ids = [i.id for i in pack.node_patch.SparseAttentionPatch.define_schema().inputs]
+    assert ids == ["model", "method", "beta", "target_sparsity", "estimator", "warmup",
+                   "final_dense", "dense_blocks", "min_tokens", "reorder", "backend", "preset"]
+
+
+@pytest.mark.parametrize("widgets, words", [
+    ({"method": "nope"}, "method"),
+    ({"beta": float("nan")}, "beta"),
+    ({"beta": "1"}, "beta"),
+    ({"target_sparsity": 1.5}, "target_sparsity"),
+    ({"estimator": "approx"}, "estimator"),
+    ({"warmup": -0.1}, "warmup"),
+    ({"warmup": 0.7, "final_dense": 0.5}, "final_dense"),
+    ({"dense_blocks": "0-a"}, "dense_blocks"),
+    ({"dense_blocks": "5"}, "dense_blocks"),     # out of range for 3 blocks
+    ({"dense_blocks": "2-1"}, "dense_blocks"),
+    ({"min_tokens": -1}, "min_tokens"),
+    ({"reorder": "1,2"}, "reorder"),
+    ({"backend": "cuda"}, "backend"),
+    ({"method": "psa"}, "preset"),               # psa without a preset
+])
+def test_bad_widget_values_name_the_widget(pack, wan, widgets, words):
+    with pytest.raises((ValueError, TypeError)) as e:
+        patch(pack, wan.patcher, **widgets)
+    assert words in str(e.value)
+
+
+def test_preset_mismatch_is_reported_at_patch_time(pack, wan):
+    class Preset:  # the interface documented in nodes/presets.py
+        grid, tile, num_layers, num_heads = (3, 4, 6), (1, 2, 2), 40, 40
+        fingerprint = {"family": "hunyuan_video", "head_dim": 64}
+
+        def params_for_layer(self, layer):
+            return None
+    with pytest.raises(ValueError) as e:
+        patch(pack, wan.patcher, method="psa", preset=Preset())
+    msg = str(e.value)
+    for part in ("family", "blocks: preset 40, model 3", "heads", "head dim"):
+        assert part in msg
+
+
+def test_unknown_preset_name(pack):
+    with pytest.raises(ValueError, match="preset"):
+        pack.presets.preset_path("missing.json")
+
+
+def test_unsupported_model_returned_unchanged(pack, comfy):
+    import comfy.model_patcher
+    lin = torch.nn.Linear(2, 2)
+
+    class Base(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.diffusion_model = lin
+    mp = comfy.model_patcher.ModelPatcher(Base(), torch.device("cpu"), torch.device("cpu"))
+    assert patch(pack, mp) is mp
+
+
+# --------------------------------------------------------------------------------- Wan
+
+def test_wan_beta_neg_inf_reproduces_unpatched(pack, wan, wan_base):
+    m = patch(pack, wan.patcher, beta=float("-inf"), warmup=0.0, dense_blocks="")
+    out = H.sample(wan, steps=5, model=m)
+    torch.testing.assert_close(out, wan_base, atol=1e-4, rtol=1e-4)
+    s = summary(pack, m)
+    # exactly the self-attention calls (one per block per forward) are sparse
+    assert s["sparse_calls"] == 5 * 3
+    assert s["dense_calls"] == {"not_video_self_attention": 5 * 3}
+    assert s["mean_density"] == pytest.approx(1.0)
+
+
+def test_wan_normal_beta_close_but_not_identical(pack, wan, wan_base):
+    m = patch(pack, wan.patcher, beta=1.0, warmup=0.0, dense_blocks="")
+    out = H.sample(wan, steps=5, model=m)
+    diff = (out - wan_base).abs()
+    assert diff.max() > 1e-4
+    assert diff.mean() < 0.25 * wan_base.abs().mean()
+    assert summary(pack, m)["mean_density"] < 1.0
+
+
+def test_unpatched_model_untouched(pack, wan, wan_base):
+    m = patch(pack, wan.patcher, beta=1.0)
+    H.sample(wan, steps=5, model=m)
+    assert "optimized_attention_override" not in wan.patcher.model_options.get("transformer_options", {})
+    for block in wan.patcher.model.diffusion_model.blocks:  # hooks were removed
+        assert not block.self_attn._forward_pre_hooks and not block.self_attn._forward_hooks
+    torch.testing.assert_close(H.sample(wan, steps=5), wan_base)
+
+
+def test_warmup_final_and_dense_block_boundaries(pack, wan):
+    m = patch(pack, wan.patcher, beta=1.0, warmup=0.2, final_dense=0.1, dense_blocks="0,-1")
+    H.sample(wan, steps=10, model=m)
+    s = summary(pack, m)
+    assert s["schedule"]["total_steps"] == 10 and s["schedule"]["offset"] == 0
+    sparse_steps = {st for st, c in s["steps"].items() if c["sparse"]}
+    assert sparse_steps == set(range(2, 9))          # 0,1 warm-up; 9 final dense
+    assert {b for (_, b) in s["density_by_step_block"]} == {1}   # blocks 0 and 2 dense
+    assert s["dense_calls"]["warmup"] == 2 * 3
+    assert s["dense_calls"]["final_dense"] == 1 * 3
+    assert s["dense_calls"]["dense_block"] == 7 * 2
+
+
+def test_min_tokens(pack, wan):
+    tokens = 3 * 4 * 6
+    m = patch(pack, wan.patcher, warmup=0.0, dense_blocks="", min_tokens=tokens + 1)
+    H.sample(wan, steps=2, model=m)
+    assert summary(pack, m)["dense_calls"]["min_tokens"] == 2 * 3
+    m = patch(pack, wan.patcher, warmup=0.0, dense_blocks="", min_tokens=tokens)
+    H.sample(wan, steps=2, model=m)
+    assert summary(pack, m)["sparse_calls"] == 2 * 3
+
+
+def _advanced(wan, model, steps, start, end, seed=0, latent=None):
+    """What KSamplerAdvanced does: one schedule of `steps`, run from start to end."""
+    import comfy.sample
+    latent = torch.zeros(wan.latent_shape) if latent is None else latent
+    noise = comfy.sample.prepare_noise(latent, seed) if start == 0 else torch.zeros_like(latent)
+    pos, neg = wan.make_conditioning(seed + 1)
+    return comfy.sample.sample(model, noise, steps, 1.0, "euler", "simple", pos, neg, latent,
+                               start_step=start, last_step=end, force_full_denoise=end >= steps,
+                               disable_noise=start > 0, seed=seed, disable_pbar=True)
+
+
+def test_split_schedule_two_models(pack, comfy):
+    """Wan 2.2 style: a high-noise and a low-noise model, each patched, one schedule."""
+    high = H.build_wan21(1, num_layers=2)
+    low = H.build_wan21(2, num_layers=2)
+    mh = patch(pack, high.patcher, beta=1.0, warmup=0.3, dense_blocks="")
+    ml = patch(pack, low.patcher, beta=1.0, warmup=0.3, dense_blocks="")
+    x = _advanced(high, mh, 10, 0, 5)
+    _advanced(low, ml, 10, 5, 10000, latent=x)
+    sh, sl = summary(pack, mh), summary(pack, ml)
+    assert sh["schedule"] == {"offset": 0, "total_steps": 10, "steps_this_run": 5,
+                              "located": True, "scheduler": "simple"}
+    assert sl["schedule"]["offset"] == 5 and sl["schedule"]["total_steps"] == 10
+    assert sorted(sh["steps"]) == [0, 1, 2, 3, 4] and sorted(sl["steps"]) == [5, 6, 7, 8, 9]
+    assert {st for st, c in sh["steps"].items() if c["sparse"]} == {3, 4}   # 0-2 warm-up
+    assert all(c["sparse"] == 2 for c in sl["steps"].values())              # no warm-up here
+    assert "warmup" not in sl["dense_calls"]
+    # two patched models share no state
+    dh, dl = pack.patching.dispatcher_of(mh), pack.patching.dispatcher_of(ml)
+    assert dh is not dl and dh.stats is not dl.stats and dh.fwd is not dl.fwd
+
+
+def test_chains_to_previous_override(pack, wan, wan_base):
+    rec = H.AttentionRecorder()
+    prior = H.with_attention_override(wan.patcher, rec)
+    m = patch(pack, prior, beta=1.0, warmup=0.0, dense_blocks="")
+    H.sample(wan, steps=2, model=m)
+    s = summary(pack, m)
+    d = pack.patching.dispatcher_of(m)
+    prev = d.prev_override  # ModelPatcher.clone() deep-copies model_options: a copy of rec
+    assert isinstance(prev, H.AttentionRecorder) and not rec.calls
+    assert len(prev.calls) == sum(s["dense_calls"].values()) == 2 * 3
+    assert all(not c.same_len for c in prev.calls)  # only cross-attention reached it
+    # re-patching replaces our patch but keeps the earlier override
+    m2 = patch(pack, m, method="dense")
+    assert isinstance(pack.patching.dispatcher_of(m2).prev_override, H.AttentionRecorder)
+    # a clone of a patched model gets its own state
+    c = m.clone()
+    assert pack.patching.dispatcher_of(c) is not d
+
+
+def _live(pack, model):
+    """The dispatcher with a forward in progress, as inside a real call (for rule tests)."""
+    d = pack.patching.dispatcher_of(model)
+    d.fwd.active, d.fwd.grid, d.fwd.block, d.fwd.role = True, (3, 4, 6), 1, "video"
+    d.fwd.step, d.fwd.step_reason = 5, None
+    return d
+
+
+@pytest.mark.parametrize("backend, dtype, head_dim, reason", [
+    ("auto", torch.float32, 64, "backend"),
+    ("triton", torch.float16, 64, "device"),
+])
+def test_rules_backend_device(pack, wan, backend, dtype, head_dim, reason, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # no interpreter: CPU means dense
+    d = _live(pack, patch(pack, wan.patcher, backend=backend, dense_blocks=""))
+    q = torch.randn(1, 72, 2 * head_dim, dtype=dtype)
+    assert d.decide(q, q, 2, None, False)[0] == reason
+
+
+def test_rules_mask_cross_and_dense_method(pack, wan):
+    d = _live(pack, patch(pack, wan.patcher, dense_blocks=""))
+    q = torch.randn(1, 72, 256)
+    assert d.decide(q, q, 2, None, False)[0] is None
+    assert d.decide(q, q, 2, torch.zeros(1, 72, 72), False)[0] == "mask"
+    assert d.decide(q, torch.randn(1, 16, 256), 2, None, False)[0] == "not_video_self_attention"
+    assert d.decide(torch.randn(1, 70, 256), torch.randn(1, 70, 256), 2, None, False)[0] == "grid"
+    d.fwd.role = None
+    assert d.decide(q, q, 2, None, False)[0] == "not_video_self_attention"
+    d = _live(pack, patch(pack, wan.patcher, method="dense"))
+    assert d.decide(q, q, 2, None, False)[0] == "method_dense"
+
+
+def test_kernel_exception_falls_back_to_dense(pack, wan, wan_base, monkeypatch):
+    def boom(*a, **k):
+        raise RuntimeError("kernel exploded")
+    monkeypatch.setattr(pack.ops, "sol_attention", boom)  # our own op wrapper, not ComfyUI
+    m = patch(pack, wan.patcher, warmup=0.0, dense_blocks="")
+    out = H.sample(wan, steps=5, model=m)
+    torch.testing.assert_close(out, wan_base)
+    assert summary(pack, m)["dense_calls"]["kernel_error"] == 5 * 3
+
+
+def test_target_sparsity_sets_beta(pack, wan):
+    from_kernels = importlib.import_module(pack.ops.kernels.__name__)
+    d = pack.patching.dispatcher_of(patch(pack, wan.patcher, target_sparsity=0.85))
+    assert d.beta == pytest.approx(float(from_kernels.beta_for_density(0.15)))
+    assert from_kernels.density_for_beta(d.beta) == pytest.approx(0.15, abs=1e-3)
+
+
+# --------------------------------------------------------------------------------- other families
+
+def test_hunyuan_video_joint_attention_text_sinks(pack):
+    hy = H.build_hunyuan_video(0, depth=2, depth_single_blocks=2)
+    base = H.sample(hy, steps=3)
+    m = patch(pack, hy.patcher, beta=float("-inf"), warmup=0.0, dense_blocks="")
+    torch.testing.assert_close(H.sample(hy, steps=3, model=m), base, atol=1e-4, rtol=1e-4)
+    s = summary(pack, m)
+    assert s["sparse_calls"] == 3 * 4                      # 2 double + 2 single blocks
+    assert s["dense_calls"] == {"not_video_self_attention": 3 * 2}   # the text refiner
+    m = patch(pack, hy.patcher, beta=1.0, warmup=0.0, dense_blocks="-1")
+    out = H.sample(hy, steps=3, model=m)
+    s = summary(pack, m)
+    assert {b for (_, b) in s["density_by_step_block"]} == {0, 1, 2}   # -1 = last single block
+    assert (out - base).abs().max() > 1e-5
+
+
+def test_ltxv_self_attention_only(pack):
+    lt = H.build_ltxv(0, num_layers=2)
+    base = H.sample(lt, steps=3)
+    m = patch(pack, lt.patcher, beta=float("-inf"), warmup=0.0, dense_blocks="")
+    torch.testing.assert_close(H.sample(lt, steps=3, model=m), base, atol=1e-4, rtol=1e-4)
+    s = summary(pack, m)
+    assert s["sparse_calls"] == 3 * 2
+    assert s["dense_calls"] == {"not_video_self_attention": 3 * 2}   # attn2 cross-attention
+
+
+# --------------------------------------------------------------------------------- compile, imports
+
+def test_compiled_model_traces_the_custom_op(pack, wan):
+    from comfy_api.torch_helpers import set_torch_compile_wrapper
+    import torch._dynamo
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    def compiled_graphs(method):
+        graphs.clear()
+        torch._dynamo.reset()
+        m = patch(pack, wan.patcher, method=method, beta=1.0, warmup=0.0, dense_blocks="")
+        set_torch_compile_wrapper(m, backend=backend)
+        H.sample(wan, steps=1, model=m)
+        torch._dynamo.reset()
+        return list(graphs)
+
+    sparse = compiled_graphs("sol_attn")
+    targets = [str(n.target) for g in sparse for n in g.graph.nodes if n.op == "call_function"]
+    assert sum("sparse_video_attn.sol_attention" in t for t in targets) == 3
+    # the sparse path adds no graph break: no more graphs than the same patch run dense
+    # (ComfyUI's own dense attention path breaks the graph; the custom op does not)
+    assert len(sparse) <= len(compiled_graphs("dense"))
+
+
+def test_pack_importable_twice(comfy):
+    """ComfyUI imports the pack by folder name; a second import under another name must not
+    re-register the custom ops."""
+    spec = importlib.util.spec_from_file_location(
+        "svattn_second_copy", REPO / "__init__.py", submodule_search_locations=[str(REPO)])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["svattn_second_copy"] = mod
+    try:
+        spec.loader.exec_module(mod)
+        ops2 = importlib.import_module("svattn_second_copy.nodes.ops")
+        q = torch.randn(1, 128, 2, 64)
+        out, dens = ops2.sol_attention(q, q, q, beta=float("-inf"), backend="reference")
+        assert out.shape == q.shape and dens.shape == (1, 2)
+    finally:
+        for name in [n for n in sys.modules if n.startswith("svattn_second_copy")]:
+            del sys.modules[name]
+
+
+def test_schedule_locate_denoise_and_custom(pack):
+    from comfy.samplers import calculate_sigmas
+    import comfy.model_sampling
+    sched = pack.schedule
+
+    class MS(comfy.model_sampling.ModelSamplingDiscreteFlow, comfy.model_sampling.CONST):
+        pass
+    ms = MS()
+    full = calculate_sigmas(ms, "normal", 12)
+    sc = sched.locate(full[4:], ms)
+    assert (sc.offset, sc.total_steps, sc.located) == (4, 12, True)
+    assert sc.step_of(float(full[6])) == 6
+    assert sc.step_of(float(full[6] + full[7]) / 2) == 6     # a midpoint evaluation
+    custom = torch.tensor([1.0, 0.77, 0.31, 0.0])
+    sc = sched.locate(custom, ms)
+    assert (sc.offset, sc.total_steps, sc.located) == (0, 3, False)
+    assert math.isclose(sc.sigmas[1], 0.77, rel_tol=1e-6)
+
+
+def test_triton_op_through_the_dispatcher_path(pack):
+    """The custom op on the Triton backend (interpreted on CPU) matches the reference."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 128, 2, 64, generator=g).half() for _ in range(3))
+    out, dens = pack.ops.sol_attention(q, k, v, beta=float("-inf"), backend="triton")
+    ref, _ = pack.ops.sol_attention(q, k, v, beta=float("-inf"), backend="reference")
+    assert out.dtype == torch.float16 and dens.shape == (1, 2)
+    torch.testing.assert_close(out.float(), ref.float(), atol=2e-3, rtol=2e-3)
