@@ -217,7 +217,7 @@ def main(argv=None):
     print_table(res)
     out = args.out or os.path.join(
         ROOT, "benchmarks", "results",
-        f"workload_stats_{'cpu_small' if args.small else 'x'.join(map(str, args.grid)) + '_' + res['device'].split()[0].lower()}.json",
+        f"workload_stats_{'cpu_small' if args.small else 'x'.join(map(str, args.grid)) + '_' + res['device'].split()[-1].lower()}.json",
     )
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as f:
