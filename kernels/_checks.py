@@ -107,3 +107,9 @@ def check_token_ranges(ranges, seq_len: int, name: str = "sinks") -> list[tuple[
             raise ValueError(f"{name} range ({start}, {end}) must satisfy 0 <= start < end <= L = {seq_len}")
         out.append((start, end))
     return out
+
+
+def unit_stride_last_dim(x: torch.Tensor) -> torch.Tensor:
+    """x itself when its last dim has unit stride (the kernels walk D that way), else a copy;
+    every other stride is passed to the kernels as is."""
+    return x if x.stride(-1) == 1 else x.contiguous()

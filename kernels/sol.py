@@ -3,14 +3,16 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_estimator, check_qkv, check_token_ranges, per_head_beta, resolve_scale
+from ._checks import (
+    check_estimator,
+    check_qkv,
+    check_token_ranges,
+    per_head_beta,
+    resolve_scale,
+    unit_stride_last_dim,
+)
 from .sol_routing import block_thresholds, forced_key_blocks, pooled_blocks
 from .sol_triton import launch_sol_kernel
-
-
-def _unit_stride_last(x: torch.Tensor) -> torch.Tensor:
-    # The kernel walks the head dim with unit stride; every other stride is free.
-    return x if x.stride(-1) == 1 else x.contiguous()
 
 
 def sol_attention(
@@ -40,7 +42,7 @@ def sol_attention(
     check_estimator(estimator)
     sinks = check_token_ranges(sinks, L)
     beta = per_head_beta(beta, H, q.device)
-    q, k, v = (_unit_stride_last(t) for t in (q, k, v))
+    q, k, v = (unit_stride_last_dim(t) for t in (q, k, v))
     q_mean, k_mean32, k_mean, v_sum, lens = pooled_blocks(q, k, v)
     tau = block_thresholds(q_mean, k_mean32, beta, estimator, scale).contiguous()
     forced = forced_key_blocks(sinks, L, q.device).to(torch.int8)

@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tile_loop import NEG_BIG, attend_listed_blocks, softmax_update
+from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for
 
 SOL_BLOCK_M = 64
 SOL_CHUNK = 64
@@ -115,12 +115,12 @@ def _sol_kernel(
             full_ids = list_row
             tail_ids = list_row + n_full
         acc, l_i, m_i = attend_listed_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN,
-            qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE)
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
+            qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE, False)
         if TAIL_RAGGED:
             acc, l_i, m_i = attend_listed_blocks(
-                acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN,
-                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE)
+                acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN, BLOCK_LEN,
+                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE, False)
         tl.store(COUNTS + item, n_full + n_tail)
         l_safe = tl.where(l_i > 0, l_i, 1.0)
         out = acc / l_safe[:, None]
@@ -128,32 +128,26 @@ def _sol_kernel(
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
-def _programs_for(total_items: int, device) -> int:
+def _programs_for(total_items: int, device, per_sm: int) -> int:
     if device.type == "cuda":
         sms = torch.cuda.get_device_properties(device).multi_processor_count
-        return max(1, min(total_items, sms * PROGRAMS_PER_SM))
+        return max(1, min(total_items, sms * per_sm))
     return max(1, min(total_items, 4))
 
 
-# Resident programs per multiprocessor of the persistent grid.
-PROGRAMS_PER_SM = 2
-
-
 def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale, keep_diagonal,
-                      route=True, correction=True, block_lists=None, num_warps=4, num_stages=3):
+                      route=True, correction=True, block_lists=None, num_warps=4, num_stages=3, programs_per_sm=2):
     """Run the Sol kernel; returns (out (B, L, H, D), exact-block counts (B, H, N) int32).
 
     With ``route=False``, ``block_lists`` = (counts int32 (B, H, N, 2) [full, tail],
     ids int32 (B, H, N, W)) gives the exact blocks of each query block instead.
     """
-    from ._checks import triton_interpreting
-
     B, L, H, D = q.shape
     n = block_len.shape[0]
     out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     counts = torch.empty((B, H, n), device=q.device, dtype=torch.int32)
     total = B * H * n
-    programs = _programs_for(total, q.device)
+    programs = _programs_for(total, q.device, programs_per_sm)
     stage_stride = n + 1
     stage = torch.empty((programs, stage_stride) if route else (1,), device=q.device, dtype=torch.int32)
     if block_lists is None:
@@ -162,8 +156,6 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
     else:
         list_counts, list_ids = block_lists
         list_stride = list_ids.shape[-1]
-    upcast = triton_interpreting() and q.dtype == torch.bfloat16
-    dot_dtype = tl.float32 if upcast else (tl.float16 if q.dtype == torch.float16 else tl.bfloat16)
     _sol_kernel[(programs,)](
         q, k, v, out, k_pool, v_pool, tau, forced, block_len, stage, counts,
         list_counts, list_ids,
@@ -175,7 +167,29 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
         scale, scale * math.log2(math.e), programs,
         HEAD_DIM=D, BLOCK_M=SOL_BLOCK_M, CHUNK=SOL_CHUNK,
         TAIL_RAGGED=(L % SOL_BLOCK_M) != 0, KEEP_DIAGONAL=bool(keep_diagonal),
-        ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype,
+        ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype_for(q.dtype),
         num_warps=num_warps, num_stages=num_stages,
     )
     return out, counts
+
+
+def block_lists_from_selection(selection: torch.Tensor, seq_len: int):
+    """Compact per-query-block lists for ``route=False`` from a bool (B, H, N, N) block mask.
+
+    Returns (counts int32 (B, H, N, 2) = [full blocks, ragged tail], ids int32 (B, H, N, W)):
+    ascending full-block ids first, then the tail block if picked. Used by the benchmark's
+    precomputed-mask baseline and by studies; the fused kernel never builds these.
+    """
+    B, H, N, _ = selection.shape
+    picked = selection.clone()
+    tail = torch.zeros(B, H, N, dtype=torch.int32, device=selection.device)
+    if seq_len % SOL_BLOCK_M:
+        tail = selection[..., N - 1].to(torch.int32)
+        picked[..., N - 1] = False
+    n_full = picked.sum(-1, dtype=torch.int32)
+    width = max(1, int((n_full + tail).max()))
+    # A stable sort brings the picked blocks to the front in ascending order.
+    ids = torch.argsort((~picked).to(torch.int8), dim=-1, stable=True)[..., :width].to(torch.int32)
+    at_tail = (torch.arange(width, device=selection.device) == n_full[..., None]) & (tail[..., None] == 1)
+    ids = torch.where(at_tail, torch.full_like(ids, N - 1), ids)
+    return torch.stack([n_full, tail], dim=-1).contiguous(), ids.contiguous()

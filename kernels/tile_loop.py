@@ -10,11 +10,22 @@ Online-softmax state: running max ``m_i`` (log2 domain), running sum ``l_i``, ac
 ``acc``. ``m_i`` starts at a large finite negative number rather than -inf, so a tile whose
 entries are all masked leaves the state unchanged instead of producing NaN.
 """
+import torch
 import triton
 import triton.language as tl
 
+def dot_dtype_for(dtype: torch.dtype):
+    """Operand dtype of the tile loop's dots. Triton's CPU interpreter computes bf16 dots
+    wrongly, so interpreted bf16 runs in float32 (CUDA always uses the input dtype)."""
+    from ._checks import triton_interpreting
+
+    if dtype == torch.float16:
+        return tl.float16
+    return tl.float32 if triton_interpreting() else tl.bfloat16
+
+
 # Finite stand-in for -inf in the running max; see the module docstring.
-NEG_BIG = -1.0e30
+NEG_BIG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
@@ -32,15 +43,17 @@ def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
 def attend_listed_blocks(
     acc, l_i, m_i, q,
     k_base, v_base, stride_kn,
-    block_ids, count, block_len,
+    block_ids, count, block_len, row_map,
     qk_scale_log2,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr,
 ):
     """Visit ``count`` key blocks whose indices are at ``block_ids[0:count]``.
 
     ``block_len`` points at the real length of every block (read only when MASKED).
     ``q`` is already in DOT_DTYPE; ``k_base``/``v_base`` point at row 0 of this (batch, head).
+    With GATHER, block slots are not rows of K/V: ``row_map[slot]`` is the row, so a blocked
+    order (PSA's tile-major layout) is read in place, without a permuted copy.
     """
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
@@ -49,9 +62,14 @@ def attend_listed_blocks(
         blk = tl.load(block_ids + t // SUB)
         first = (t % SUB) * BLOCK_N
         rows = blk * BLOCK_TOKENS + first + offs_n
-        ptr_off = rows[:, None].to(tl.int64) * stride_kn + offs_d[None, :]
         if MASKED:
             valid = (first + offs_n) < tl.load(block_len + blk)
+            if GATHER:
+                rows = tl.load(row_map + rows, mask=valid, other=0)
+        elif GATHER:
+            rows = tl.load(row_map + rows)
+        ptr_off = rows[:, None].to(tl.int64) * stride_kn + offs_d[None, :]
+        if MASKED:
             k = tl.load(k_base + ptr_off, mask=valid[:, None], other=0.0)
             v = tl.load(v_base + ptr_off, mask=valid[:, None], other=0.0)
         else:

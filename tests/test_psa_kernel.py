@@ -1,0 +1,68 @@
+"""PSA Triton kernel (through the interpreter on CPU) vs the float reference."""
+import pytest
+import torch
+
+import kernels
+
+
+def rel_err(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def random_params(grid, tile, heads, gen):
+    nT, nH, nW = (-(-g // t) for g, t in zip(grid, tile))
+    rows = []
+    for _ in range(heads):
+        rows.append([
+            int(torch.randint(1, nT + 1, (1,), generator=gen)), int(torch.randint(-1, 2, (1,), generator=gen)),
+            int(torch.randint(0, 3, (1,), generator=gen)), int(torch.randint(1, nH * nW + 1, (1,), generator=gen)),
+            int(torch.randint(-1, 2, (1,), generator=gen)), [0, nW, 3][int(torch.randint(0, 3, (1,), generator=gen))],
+        ])
+    return torch.tensor(rows)
+
+
+CASES = [
+    # grid, tile, extra tokens, B, H, D, dtype
+    ((3, 5, 7), (2, 2, 4), 0, 1, 2, 64, torch.float16),      # padding on every axis
+    ((4, 4, 4), (2, 2, 2), 13, 2, 1, 128, torch.bfloat16),   # text tokens after the grid
+    ((2, 8, 8), (1, 4, 16), 5, 1, 3, 64, torch.float16),     # tile wider than the grid
+    ((2, 6, 16), (1, 4, 16), 0, 2, 2, 128, torch.float16),   # 64-token blocks: unmasked fast path
+]
+
+
+@pytest.mark.parametrize("grid,tile,extra,B,H,D,dtype", CASES)
+def test_kernel_matches_reference(grid, tile, extra, B, H, D, dtype):
+    gen = torch.Generator().manual_seed(sum(grid) + extra)
+    L = grid[0] * grid[1] * grid[2] + extra
+    q, k, v = (torch.randn(B, L, H, D, generator=gen).to(dtype) for _ in range(3))
+    params = random_params(grid, tile, H, gen)
+    kw = dict(grid=grid, params=params, tile=tile, extra_tokens=extra)
+    out = kernels.psa_attention(q, k, v, **kw)
+    ref = kernels.psa_attention_reference(q, k, v, **kw)
+    assert out.shape == q.shape and out.dtype == dtype and torch.isfinite(out).all()
+    assert rel_err(out, ref) < (3e-3 if dtype == torch.float16 else 2e-2)
+
+
+def test_full_mask_is_dense_attention():
+    grid, tile = (2, 6, 16), (1, 4, 16)
+    L = 2 * 6 * 16 + 7
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, L, 2, 64, generator=gen).half() for _ in range(3))
+    wide = torch.tensor([[2, 0, 0, 16, 0, 0]] * 2)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=wide, tile=tile, extra_tokens=7)
+    dense = torch.nn.functional.scaled_dot_product_attention(
+        *(x.float().transpose(1, 2) for x in (q, k, v))).transpose(1, 2)
+    assert rel_err(out, dense) < 3e-3
+
+
+def test_kernel_bad_inputs():
+    q = k = v = torch.randn(1, 3 * 5 * 7, 2, 64).half()
+    good = torch.tensor([[1, 0, 0, 1, 0, 0]] * 2)
+    with pytest.raises(ValueError, match="T\\*H\\*W"):
+        kernels.psa_attention(q, k, v, grid=(3, 5, 6), params=good, tile=(1, 1, 1))
+    with pytest.raises(ValueError, match="Sw"):
+        kernels.psa_attention(q, k, v, grid=(3, 5, 7), params=torch.tensor([[1, 0, 0, 1, 0, 0], [1, 0, 0, 0, 0, 0]]),
+                              tile=(1, 1, 1))
+    with pytest.raises(ValueError, match="head dim"):
+        x = torch.randn(1, 3 * 5 * 7, 2, 32).half()
+        kernels.psa_attention(x, x, x, grid=(3, 5, 7), params=good, tile=(1, 1, 1))
