@@ -4,12 +4,12 @@ Public API:
 - Sol-Attn: ``sol_attention`` (Triton), ``sol_attention_reference`` (float32 spec),
   ``sol_block_selection``, ``beta_for_density``, ``density_for_beta``.
 - PSA: ``psa_attention`` (Triton), ``psa_attention_reference`` (float32 spec),
-  ``psa_block_mask``, ``psa_mask`` (inspectable mask object).
+  ``psa_block_mask`` (``kernels.psa_mask.psa_mask`` builds the inspectable mask object).
 - Layout: ``tile_layout`` (tile-major token order with optional 3D padding).
 """
 from .layout import tile_layout
 from .psa import psa_attention
-from .psa_mask import psa_block_mask, psa_mask
+from .psa_mask import psa_block_mask
 from .psa_reference import psa_attention_reference
 from .sol import sol_attention
 from .sol_reference import sol_attention_reference, sol_block_selection
@@ -24,6 +24,5 @@ __all__ = [
     "psa_attention",
     "psa_attention_reference",
     "psa_block_mask",
-    "psa_mask",
     "tile_layout",
 ]
