@@ -11,11 +11,11 @@ from ._checks import (
     resolve_scale,
     unit_stride_last_dim,
 )
-from .sol_routing import block_thresholds, forced_key_blocks, pooled_blocks
+from .sol_routing import block_thresholds, forced_key_blocks, pooled_blocks, run_reordered
 from .sol_triton import launch_sol_kernel
 
 
-def sol_attention(
+def _sol_attention_kernel(
     q,
     k,
     v,
@@ -53,3 +53,12 @@ def sol_attention(
     if return_stats:
         return out, {"density": counts.float().mean(dim=-1) / lens.shape[0]}
     return out
+
+
+def sol_attention(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False, scale=None,
+                  return_stats=False, grid=None, reorder=None, **study):
+    """Sol-Attn (Triton); see ``_sol_attention_kernel`` for every argument. ``reorder`` = (bt, bh, bw)
+    with ``grid`` = (T, H, W) runs it with the video tokens in tile-major order
+    (``sol_routing.run_reordered``)."""
+    return run_reordered(_sol_attention_kernel, q, k, v, grid=grid, reorder=reorder, sinks=sinks, return_stats=return_stats,
+                         beta=beta, estimator=estimator, keep_diagonal=keep_diagonal, scale=scale, **study)

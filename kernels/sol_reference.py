@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_estimator, check_qkv, check_token_ranges, per_head_beta, resolve_scale
-from .sol_routing import SOL_BLOCK, block_thresholds, forced_key_blocks, pooled_blocks
+from .sol_routing import SOL_BLOCK, block_thresholds, forced_key_blocks, pooled_blocks, run_reordered
 
 # Query blocks per chunk of the reference; bounds its memory to chunk·64·L floats per head.
 _REFERENCE_QUERY_BLOCKS_PER_CHUNK = 16
@@ -46,7 +46,7 @@ def _selection(q_mean, k_mean, tau, sinks, keep_diagonal, scale, seq_len):
     return selected
 
 
-def sol_attention_reference(
+def _sol_attention_reference(
     q,
     k,
     v,
@@ -97,3 +97,12 @@ def sol_attention_reference(
     if return_stats:
         return out, {"density": selection.float().mean(dim=(-1, -2))}
     return out
+
+
+def sol_attention_reference(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False, scale=None,
+                            return_stats=False, grid=None, reorder=None, **study):
+    """Sol-Attn float32 reference; see ``_sol_attention_reference`` for every argument. ``reorder`` = (bt, bh, bw)
+    with ``grid`` = (T, H, W) runs it with the video tokens in tile-major order
+    (``sol_routing.run_reordered``)."""
+    return run_reordered(_sol_attention_reference, q, k, v, grid=grid, reorder=reorder, sinks=sinks, return_stats=return_stats,
+                         beta=beta, estimator=estimator, keep_diagonal=keep_diagonal, scale=scale, **study)

@@ -108,3 +108,31 @@ def beta_for_density(rho: float) -> float:
     if not 0.0 < rho < 1.0:
         raise ValueError(f"rho (target density) must be strictly between 0 and 1, got {rho}")
     return -statistics.NormalDist().inv_cdf(rho)
+
+
+def run_reordered(attention, q, k, v, *, grid, reorder, sinks, return_stats, **kwargs):
+    """Run a Sol attention function with the video tokens in tile-major order.
+
+    ``reorder`` = (bt, bh, bw) permutes the first T·H·W tokens (``grid`` = (T, H, W)) so that
+    each 64-token block is a compact 3D neighbourhood instead of a sliver of one image row;
+    tokens after the grid and the output order are unchanged. ``sinks`` must lie after the
+    grid (their positions would move otherwise).
+    """
+    from .layout import tile_layout
+
+    if reorder is None:
+        return attention(q, k, v, sinks=sinks, return_stats=return_stats, **kwargs)
+    if grid is None:
+        raise ValueError("reorder needs grid=(T, H, W) of the video tokens")
+    layout = tile_layout(grid, reorder, pad=False, device=q.device)
+    extra = q.shape[1] - layout.n_tokens
+    if extra < 0:
+        raise ValueError(f"grid {tuple(layout.grid)} has {layout.n_tokens} tokens, more than L = {q.shape[1]}")
+    for start, _ in sinks or []:
+        if start < layout.n_tokens:
+            raise ValueError(f"sinks must lie after the {layout.n_tokens} grid tokens when reorder is set, got start {start}")
+    blocked = [layout.to_blocks(t, dim=1, extra_tokens=extra) for t in (q, k, v)]
+    result = attention(*blocked, sinks=sinks, return_stats=return_stats, **kwargs)
+    out, stats = result if return_stats else (result, None)
+    out = layout.from_blocks(out, dim=1, extra_tokens=extra)
+    return (out, stats) if return_stats else out

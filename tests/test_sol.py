@@ -185,3 +185,26 @@ def test_precomputed_lists_without_correction_match_block_sparse_reference():
         scale=0.125, keep_diagonal=False, route=False, correction=False, block_lists=lists)
     ref = kernels.sol_attention_reference(q, k, v, beta=0.3, selection=sel, correction=False)
     assert rel_err(out, ref) < 3e-3
+
+
+def test_reorder_runs_sol_on_tile_major_tokens():
+    from kernels.layout import tile_layout
+
+    grid, tile, extra = (3, 6, 10), (1, 4, 4), 9
+    L = 3 * 6 * 10 + extra
+    q, k, v = qkv(1, L, 2, 64, torch.float16, seed=31)
+    kw = dict(beta=0.8, sinks=[(180, 189)], grid=grid, reorder=tile, return_stats=True)
+    out, stats = kernels.sol_attention(q, k, v, **kw)
+    ref, ref_stats = kernels.sol_attention_reference(q, k, v, **kw)
+    assert rel_err(out, ref) < 3e-3
+    torch.testing.assert_close(stats["density"], ref_stats["density"])
+    # Same as permuting by hand, running plain Sol, and permuting back.
+    lay = tile_layout(grid, tile, pad=False)
+    blocked = [lay.to_blocks(t, dim=1, extra_tokens=extra) for t in (q, k, v)]
+    by_hand = lay.from_blocks(kernels.sol_attention_reference(*blocked, beta=0.8, sinks=[(180, 189)]),
+                              dim=1, extra_tokens=extra)
+    torch.testing.assert_close(ref, by_hand)
+    with pytest.raises(ValueError, match="grid"):
+        kernels.sol_attention_reference(q, k, v, beta=0.8, reorder=tile)
+    with pytest.raises(ValueError, match="sinks"):
+        kernels.sol_attention_reference(q, k, v, beta=0.8, grid=grid, reorder=tile, sinks=[(0, 4)])
