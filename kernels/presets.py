@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .psa_mask import FIELDS, block_grid_of, check_params
+from .psa_mask import FIELDS, MAX_PARAM, block_grid_of, check_params
 
 __all__ = [
     "PRESET_FORMAT",
@@ -309,6 +309,8 @@ def preset_from_json(text) -> Preset:
                 V.list_(row, path, 6)
                 for f, x in zip(FIELDS, row):
                     V.int_(x, f"{path}.{f}")
+                    if abs(x) > MAX_PARAM:
+                        raise ValueError(f"{path}.{f} = {x}: |value| must be <= {MAX_PARAM}"[:300])
                 rows.append(row)
     flat = torch.tensor(rows, dtype=torch.int64)
     try:
