@@ -563,6 +563,10 @@ def _head_losses(qr, qblk, kb, vb, valid, ke, ve, masks, scale, max_elems=1 << 2
     C = masks.shape[0]
     sq_err = torch.zeros(C, dtype=torch.float64, device=qr.device)
     ref_sq = torch.zeros((), dtype=torch.float64, device=qr.device)
+    kb_flat_t = kb.reshape(nB * bt, D).T
+    pad_bias = None
+    if not bool(valid.all()):
+        pad_bias = torch.zeros(nB, bt, device=qr.device).masked_fill_(~valid, float("-inf"))
     # group rows by query block (they are sorted by block)
     blocks, counts = torch.unique_consecutive(qblk, return_counts=True)
     starts = torch.cumsum(counts, 0) - counts
@@ -572,12 +576,13 @@ def _head_losses(qr, qblk, kb, vb, valid, ke, ve, masks, scale, max_elems=1 << 2
         for r0 in range(s0, s0 + c, step):
             r1 = min(s0 + c, r0 + step)
             x = qr[r0:r1]
-            s = torch.einsum("rd,ktd->rkt", x, kb) * scale
-            s = s.masked_fill(~valid[None], float("-inf"))
+            s = (x @ kb_flat_t).mul_(scale).reshape(-1, nB, bt)
+            if pad_bias is not None:
+                s.add_(pad_bias)                             # -inf on padding slots
             m = s.amax(-1)                                   # (r, nB), finite: no empty block
-            p = torch.exp(s - m[..., None])
+            p = s.sub_(m[..., None]).exp_()                  # in place: s becomes p
             l = p.sum(-1)                                    # (r, nB)
-            pv = torch.einsum("rkt,ktd->rkd", p, vb)         # (r, nB, D)
+            pv = torch.bmm(p.transpose(0, 1), vb).transpose(0, 1)  # (r, nB, D)
             if ke.shape[0]:
                 se = (x @ ke.T) * scale
                 me = se.amax(-1)
