@@ -57,7 +57,18 @@ Several processes
 ``owned=(layer, head) -> bool`` restricts the heads an accumulator evaluates;
 :func:`search_samples` assigns (layer, head) pairs round-robin over the ranks of an
 initialised ``torch.distributed`` group and sums the tables with ``all_reduce`` (entries of
-other ranks are exact zeros, so the result equals the single-process one bit for bit).
+other ranks are exact zeros, so the result equals the single-process one bit for bit under
+the same math-library thread settings; note that torchrun sets OMP_NUM_THREADS=1, which
+changes CPU float rounding, not the selections in practice).
+
+Searching under torchrun (gloo on CPU, NCCL on GPUs, one GPU per process)::
+
+    torchrun --nproc_per_node 2 -m kernels.psa_search search SAMPLES_DIR --tile 3 8 16 \
+        --out wan14b_720p.table.safetensors
+    python -m kernels.psa_search select wan14b_720p.table.safetensors --alpha 0.007 \
+        --out wan14b_720p.json --name wan14b_720p --family wan2.1 \
+        --model-name Wan2.1-T2V-14B --fingerprint 40 40 128 5120 --prompts 2
+    python -m kernels.psa_search show wan14b_720p.table.safetensors --sparsity 0.6
 
 Command line: ``python -m kernels.psa_search --help``.
 """
