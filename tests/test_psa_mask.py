@@ -1,4 +1,5 @@
 import doctest
+import importlib
 import itertools
 import math
 import random
@@ -7,8 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-import kernels.psa_mask as pm
 from kernels.psa_mask import PSAMask, check_params, psa_block_mask, psa_mask, psa_schedule
+
+# kernels/__init__ exports the function psa_mask, which shadows the submodule attribute
+pm = importlib.import_module("kernels.psa_mask")
 
 ONE = (1, 1, 1)
 

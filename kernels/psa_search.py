@@ -1,0 +1,849 @@
+"""PSA-Search: per-head stripe masks under an error budget, from loss tables.
+
+How a call is evaluated
+-----------------------
+For one attention call (q, k, v of shape (B, L, H, D), L = T*H*W + extra_tokens) and one
+head, the output of *any* block mask is assembled from per-(query row, key block) partial
+softmax results, computed once:
+
+    m[r, b] = max_j s[r, j]            over the real keys j of key block b
+    l[r, b] = sum_j exp(s[r, j] - m[r, b])
+    P[r, b] = sum_j exp(s[r, j] - m[r, b]) v[j]          (a D-vector)
+
+With w[r, b] = exp(m[r, b] - max_b' m[r, b']), the output of a mask A is
+
+    o_A[r] = sum_b A[q(r), b] w[r, b] P[r, b]  /  sum_b A[q(r), b] w[r, b] l[r, b]
+
+and the dense output is the same with A = 1. For the rows of one query block all candidates
+come from a single (C × n_blocks) @ (n_blocks × rows·D) product. The extra (non-grid) tokens
+form one more column that every candidate keeps.
+
+Subsampling (documented cost knob): per call, ``query_tiles`` query blocks are drawn
+uniformly without replacement, and ``rows_per_tile`` real query rows from each (all rows
+when the block has fewer). The draw depends only on (seed, layer, step bucket, call number),
+never on the process, so a distributed search draws the same rows as a single process.
+
+Loss tables
+-----------
+Per (layer, step bucket, head, candidate) the table keeps float64 sums: the squared error
+``sq_err`` between candidate and dense outputs, ``ref_sq`` the squared dense output, and
+``count`` the number of output elements (rows × D). Two losses are read from them:
+
+* ``"mse"``: sq_err / count, the mean squared error of the output ("the L2 loss between the
+  outputs of the sparse attention and the full attention"; the default);
+* ``"rel"``: sq_err / ref_sq, the same relative to the output's energy (scale-free).
+
+Sparsity of a candidate is ``1 - density`` over block pairs of the padded block grid (the
+kernel's work). Selection (the dual interface) only re-reads the table:
+
+* ``select(alpha=α)``: per head, the sparsest candidate with loss <= α (ties: lower loss,
+  then lower index); if none qualifies, the lowest-loss candidate.
+* ``select(target_sparsity=ρ)``: per head, the lowest-loss candidate with sparsity >= ρ
+  (ties: sparser, then lower index); if none reaches ρ, the sparsest candidate.
+
+Candidate space
+---------------
+:func:`candidate_space` adapts the paper's appendix C.2 to a grid: ``0 < Tw < nT`` and
+``0 < Sw < nW`` plus the full widths (Tw = nT, Sw = nH*nW: the SVG and uniform heads),
+To ∈ {0, ±1, ±2}, Ts ∈ {1, 2, 3, ∞}, So ∈ {0, ±1}, Ss ∈ {1, 3, 5, 6, nW, nW + 1, ∞}
+(strides >= the axis length are ∞). Combinations giving the same block mask are merged
+(first in enumeration order wins); anchors (SVG/STA shapes: zero offsets, Ts = ∞,
+Ss ∈ {∞, nW}) and the dense mask are always kept, the rest is sampled uniformly with a fixed
+seed down to ``max_candidates``; ``extra`` candidates are always added. Every range is an
+argument.
+
+Several processes
+-----------------
+``owned=(layer, head) -> bool`` restricts the heads an accumulator evaluates;
+:func:`search_samples` assigns (layer, head) pairs round-robin over the ranks of an
+initialised ``torch.distributed`` group and sums the tables with ``all_reduce`` (entries of
+other ranks are exact zeros, so the result equals the single-process one bit for bit under
+the same math-library thread settings; note that torchrun sets OMP_NUM_THREADS=1, which
+changes CPU float rounding, not the selections in practice).
+
+Searching under torchrun (gloo on CPU, NCCL on GPUs, one GPU per process)::
+
+    torchrun --nproc_per_node 2 -m kernels.psa_search search SAMPLES_DIR --tile 3 8 16 \
+        --out wan14b_720p.table.safetensors
+    python -m kernels.psa_search select wan14b_720p.table.safetensors --alpha 0.007 \
+        --out wan14b_720p.json --name wan14b_720p --family wan2.1 \
+        --model-name Wan2.1-T2V-14B --fingerprint 40 40 128 5120 --prompts 2
+    python -m kernels.psa_search show wan14b_720p.table.safetensors --sparsity 0.6
+
+Command line: ``python -m kernels.psa_search --help``.
+"""
+from __future__ import annotations
+
+import argparse
+import bisect
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from ._checks import check_qkv, resolve_scale
+from .layout import check_grid, check_tile, tile_layout
+from .psa_mask import (
+    FIELDS, block_grid_of, check_params, format_params, inter_frame_table, intra_frame_table, psa_block_mask,
+)
+from .psa_reference import check_extra_tokens
+
+__all__ = [
+    "candidate_space",
+    "PSASearchAccumulator",
+    "LossTable",
+    "Selection",
+    "search_samples",
+    "save_qkv_sample",
+    "load_qkv_sample",
+    "estimate_sample_bytes",
+]
+
+TABLE_FORMAT = "psa-loss-table"
+TABLE_VERSION = 1
+SAMPLE_FORMAT = "psa-qkv-sample"
+
+
+# --------------------------------------------------------------------------- candidates
+def _axis_values(values, default):
+    vals = default if values is None else values
+    out = []
+    for v in vals:
+        v = int(v)
+        if v not in out:
+            out.append(v)
+    return out
+
+
+def candidate_space(
+    grid,
+    tile,
+    *,
+    Tw=None,
+    To=(0, 1, -1, 2, -2),
+    Ts=(1, 2, 3, 0),
+    Sw=None,
+    So=(0, 1, -1),
+    Ss=None,
+    extra=(),
+    max_candidates: int | None = 128,
+    seed: int = 0,
+) -> torch.Tensor:
+    """Candidate parameters (C, 6) int64 for a grid and tile; see the module docstring.
+
+    ``Tw``/``Sw``/``Ss`` default to the grid-adapted C.2 ranges; any range may be replaced.
+    ``extra`` rows are always included. ``max_candidates=None`` keeps every distinct mask.
+    """
+    grid, tile = check_grid(grid), check_tile(tile)
+    nT, nH, nW = block_grid_of(grid, tile)
+    L = nH * nW
+    Tw = _axis_values(Tw, list(range(1, max(2, nT))) + [nT])
+    Sw = _axis_values(Sw, list(range(1, max(2, nW))) + [L])
+    To = _axis_values(To, None)
+    So = _axis_values(So, None)
+    Ts = _axis_values([t if t < nT else 0 for t in _axis_values(Ts, None)], None)
+    ss_default = [1, 3, 5, 6, nW, nW + 1, 0]
+    Ss = _axis_values([s if s < L else 0 for s in _axis_values(Ss, ss_default)], None)
+
+    rows = [list(r) for r in _product(Tw, To, Ts, Sw, So, Ss)]
+    dense = [nT, 0, 0, L, 0, 0]
+    anchors = [[tw, 0, 0, sw, 0, ss] for tw in Tw for sw in Sw for ss in (0, nW) if ss == 0 or ss < L]
+    ordered = [dense] + anchors + rows
+    check_params(ordered)  # every range value must be valid
+    seen, distinct = set(), []
+    for i, row in enumerate(ordered):
+        key = _mask_signature((nT, nH, nW), row)
+        if key not in seen:
+            seen.add(key)
+            distinct.append(i)
+    n_fixed = sum(1 for i in distinct if i < 1 + len(anchors))
+    keep = distinct
+    if max_candidates is not None and len(distinct) > max_candidates:
+        fixed, rest = distinct[:n_fixed], distinct[n_fixed:]
+        room = max(0, int(max_candidates) - len(fixed))
+        picked = sorted(random.Random(seed).sample(rest, min(room, len(rest))))
+        keep = fixed + picked
+    out = [ordered[i] for i in keep]
+    for r in check_params(list(extra)).tolist() if len(extra) else []:
+        if r not in out:
+            out.append(r)
+    return torch.tensor(out, dtype=torch.int64)
+
+
+def _mask_signature(block_grid, row):
+    """Equal for two parameter rows iff their block masks are equal: the mask is
+    T[dt] & S[dh, dw] on every displacement but (0, 0, 0), which is always kept."""
+    nT, nH, nW = block_grid
+    t = inter_frame_table(nT, row[0], row[1], row[2])
+    sp = intra_frame_table(nH, nW, row[3], row[4], row[5])
+    outer = t[:, None, None] & sp[None]
+    outer = outer.copy()
+    outer[nT - 1, nH - 1, nW - 1] = False
+    return hashlib.sha1(np.packbits(outer).tobytes()).digest()
+
+
+def _product(*axes):
+    if not axes:
+        yield ()
+        return
+    for head in axes[0]:
+        for tail in _product(*axes[1:]):
+            yield (head,) + tail
+
+
+# --------------------------------------------------------------------------- tables
+@dataclass
+class Selection:
+    """Per (bucket, layer, head): the chosen candidate, its parameters, loss and sparsity."""
+
+    layers: list
+    bucket_edges: list
+    index: torch.Tensor      # int64 (n_buckets, n_layers, H)
+    params: torch.Tensor     # int64 (n_buckets, n_layers, H, 6)
+    loss: torch.Tensor       # float64 (n_buckets, n_layers, H)
+    sparsity: torch.Tensor   # float64 (n_buckets, n_layers, H)
+    missing: torch.Tensor    # bool (n_buckets, n_layers, H): never evaluated -> dense chosen
+    rule: dict = field(default_factory=dict)
+
+    @property
+    def mean_sparsity(self) -> float:
+        return float(self.sparsity.mean())
+
+    def params_for(self, layer: int, bucket: int = 0) -> torch.Tensor:
+        return self.params[bucket, self.layers.index(layer)]
+
+
+@dataclass
+class LossTable:
+    """Loss sums per (layer, step bucket, head, candidate); see the module docstring."""
+
+    grid: tuple
+    tile: tuple
+    candidates: torch.Tensor   # int64 (C, 6)
+    density: torch.Tensor      # float64 (C,) block pairs of the padded grid
+    token_density: torch.Tensor  # float64 (C,) real-token pairs
+    layers: list               # layer ids, rows of the arrays below
+    bucket_edges: list         # ascending step edges; len + 1 buckets
+    num_heads: int
+    sq_err: torch.Tensor       # float64 (n_layers, n_buckets, H, C)
+    ref_sq: torch.Tensor       # float64 (n_layers, n_buckets, H)
+    count: torch.Tensor        # float64 (n_layers, n_buckets, H)
+    calls: torch.Tensor        # int64 (n_layers, n_buckets)
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def sparsity(self) -> torch.Tensor:
+        return 1.0 - self.density
+
+    def loss(self, metric: str = "mse") -> torch.Tensor:
+        """float64 (n_layers, n_buckets, H, C); NaN where nothing was evaluated."""
+        if metric == "mse":
+            den = self.count
+        elif metric == "rel":
+            den = self.ref_sq
+        else:
+            raise ValueError(f"metric must be 'mse' or 'rel', got {metric!r}")
+        den = den[..., None]
+        out = self.sq_err / den.clamp_min(1e-300)
+        return torch.where(den > 0, out, torch.full_like(out, float("nan")))
+
+    def select(self, *, alpha=None, target_sparsity=None, metric: str = "mse") -> Selection:
+        """The dual interface: exactly one of ``alpha`` / ``target_sparsity``."""
+        if (alpha is None) == (target_sparsity is None):
+            raise ValueError("give exactly one of alpha (loss budget) or target_sparsity")
+        loss = self.loss(metric)  # (nL, nB, H, C)
+        sp = self.sparsity.to(loss.dtype)
+        missing = torch.isnan(loss).all(dim=-1)
+        finite = torch.nan_to_num(loss, nan=math.inf, posinf=math.inf)
+        C = sp.numel()
+        idx_order = torch.arange(C, dtype=torch.float64)
+        if alpha is not None:
+            alpha = float(alpha)
+            if not alpha >= 0:
+                raise ValueError(f"alpha must be >= 0, got {alpha}")
+            ok = finite <= alpha
+            # sparsest qualified; ties lower loss, then lower index (lexicographic keys)
+            inf = torch.full_like(finite, math.inf)
+            choice = _lexargmin(torch.where(ok, -sp.expand_as(finite), inf), torch.where(ok, finite, inf), idx_order)
+            fallback = _lexargmin(finite, -sp.expand_as(finite), idx_order)
+            choice = torch.where(ok.any(-1), choice, fallback)
+            rule = {"alpha": alpha, "metric": metric}
+        else:
+            rho = float(target_sparsity)
+            if not 0.0 <= rho <= 1.0:
+                raise ValueError(f"target_sparsity must be in [0, 1], got {rho}")
+            ok = (sp >= rho - 1e-12).expand_as(finite)
+            key = torch.where(ok, finite, torch.full_like(finite, math.inf))
+            choice = _lexargmin(key, torch.where(ok, -sp.expand_as(finite), math.inf), idx_order)
+            ok_any = ok.any(-1)
+            sparsest = _lexargmin((-sp).expand_as(finite), finite, idx_order)
+            choice = torch.where(ok_any, choice, sparsest)
+            rule = {"target_sparsity": rho, "metric": metric}
+        # never-evaluated heads: the densest candidate
+        densest = int(torch.argmax(self.density))
+        choice = torch.where(missing, torch.full_like(choice, densest), choice)
+        chosen_loss = torch.gather(loss, -1, choice[..., None])[..., 0]
+        # arrays to (n_buckets, n_layers, H)
+        choice_b = choice.permute(1, 0, 2).contiguous()
+        return Selection(
+            layers=list(self.layers),
+            bucket_edges=list(self.bucket_edges),
+            index=choice_b,
+            params=self.candidates[choice_b],
+            loss=chosen_loss.permute(1, 0, 2).contiguous(),
+            sparsity=sp[choice_b],
+            missing=missing.permute(1, 0, 2).contiguous(),
+            rule=rule,
+        )
+
+    # ---------------------------------------------------------------- merge / save / load
+    def merge(self, other: "LossTable") -> "LossTable":
+        """Sum of two tables over the same candidates, grid and heads (more prompts)."""
+        for name in ("grid", "tile", "num_heads", "bucket_edges"):
+            if getattr(self, name) != getattr(other, name):
+                raise ValueError(f"cannot merge tables with different {name}: {getattr(self, name)} vs {getattr(other, name)}")
+        if not torch.equal(self.candidates, other.candidates):
+            raise ValueError("cannot merge tables with different candidates")
+        layers = sorted(set(self.layers) | set(other.layers))
+        out = _empty_arrays(len(layers), len(self.bucket_edges) + 1, self.num_heads, self.candidates.shape[0])
+        for t in (self, other):
+            rows = [layers.index(x) for x in t.layers]
+            out["sq_err"][rows] += t.sq_err
+            out["ref_sq"][rows] += t.ref_sq
+            out["count"][rows] += t.count
+            out["calls"][rows] += t.calls
+        return LossTable(self.grid, self.tile, self.candidates, self.density, self.token_density, layers,
+                         list(self.bucket_edges), self.num_heads, settings=dict(self.settings), **out)
+
+    def save(self, path) -> None:
+        """safetensors: the arrays as tensors, grid/tile/layers/settings as JSON metadata."""
+        from safetensors.torch import save_file
+
+        tensors = {
+            "candidates": self.candidates.contiguous(),
+            "density": self.density.contiguous(),
+            "token_density": self.token_density.contiguous(),
+            "sq_err": self.sq_err.contiguous(),
+            "ref_sq": self.ref_sq.contiguous(),
+            "count": self.count.contiguous(),
+            "calls": self.calls.contiguous(),
+        }
+        meta = {
+            "format": TABLE_FORMAT,
+            "version": str(TABLE_VERSION),
+            "header": json.dumps({
+                "grid": list(self.grid), "tile": list(self.tile), "layers": list(self.layers),
+                "bucket_edges": list(self.bucket_edges), "num_heads": self.num_heads,
+                "fields": list(FIELDS), "settings": self.settings,
+            }),
+        }
+        save_file(tensors, str(path), metadata=meta)
+
+    @classmethod
+    def load(cls, path) -> "LossTable":
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            if meta.get("format") != TABLE_FORMAT:
+                raise ValueError(f"{path}: not a PSA loss table (format {meta.get('format')!r})")
+            if meta.get("version") != str(TABLE_VERSION):
+                raise ValueError(f"{path}: loss table version {meta.get('version')!r}, this code reads {TABLE_VERSION}")
+            t = {name: f.get_tensor(name) for name in f.keys()}
+        h = json.loads(meta["header"])
+        table = cls(
+            grid=tuple(h["grid"]), tile=tuple(h["tile"]), candidates=t["candidates"], density=t["density"],
+            token_density=t["token_density"], layers=list(h["layers"]), bucket_edges=list(h["bucket_edges"]),
+            num_heads=int(h["num_heads"]), sq_err=t["sq_err"], ref_sq=t["ref_sq"], count=t["count"],
+            calls=t["calls"], settings=dict(h.get("settings", {})),
+        )
+        table.validate()
+        return table
+
+    def validate(self) -> None:
+        C = self.candidates.shape[0]
+        shape = (len(self.layers), len(self.bucket_edges) + 1, self.num_heads)
+        check_params(self.candidates)
+        if self.sq_err.shape != shape + (C,):
+            raise ValueError(f"loss table sq_err has shape {tuple(self.sq_err.shape)}, expected {shape + (C,)}")
+        for name in ("ref_sq", "count"):
+            if getattr(self, name).shape != shape:
+                raise ValueError(f"loss table {name} has shape {tuple(getattr(self, name).shape)}, expected {shape}")
+        if self.density.shape != (C,) or self.token_density.shape != (C,):
+            raise ValueError("loss table density must have one entry per candidate")
+
+    def summary(self, metric: str = "mse") -> str:
+        loss = self.loss(metric)
+        return (
+            f"LossTable(grid={self.grid}, tile={self.tile}, layers={len(self.layers)}, "
+            f"buckets={len(self.bucket_edges) + 1}, heads={self.num_heads}, "
+            f"candidates={self.candidates.shape[0]}, calls={int(self.calls.sum())}, "
+            f"evaluated heads={int((~torch.isnan(loss).all(-1)).sum())})"
+        )
+
+
+def _lexargmin(k1, k2, k3):
+    """argmin over the last dim by (k1, then k2, then k3); k3 broadcast (C,)."""
+    best1 = k1.amin(-1, keepdim=True)
+    c1 = k1 == best1
+    k2m = torch.where(c1, k2, torch.full_like(k2, math.inf))
+    best2 = k2m.amin(-1, keepdim=True)
+    c2 = c1 & (k2m == best2)
+    k3m = torch.where(c2, k3.expand_as(k2), torch.full_like(k2, math.inf))
+    return k3m.argmin(-1)
+
+
+def _empty_arrays(n_layers, n_buckets, H, C):
+    return {
+        "sq_err": torch.zeros(n_layers, n_buckets, H, C, dtype=torch.float64),
+        "ref_sq": torch.zeros(n_layers, n_buckets, H, dtype=torch.float64),
+        "count": torch.zeros(n_layers, n_buckets, H, dtype=torch.float64),
+        "calls": torch.zeros(n_layers, n_buckets, dtype=torch.int64),
+    }
+
+
+# --------------------------------------------------------------------------- accumulator
+class PSASearchAccumulator:
+    """Feeds attention calls one at a time; ``table()`` gives the :class:`LossTable`.
+
+    >>> acc = PSASearchAccumulator(grid, tile, num_heads)          # doctest: +SKIP
+    >>> acc.add(q, k, v, layer=i, step=progress)  # every self-attention call to evaluate
+    >>> acc.table().select(alpha=0.01)
+
+    ``step`` is compared with ``bucket_edges`` (ascending; bucket = number of edges <= step),
+    in whatever unit the caller uses consistently (presets use denoising progress in [0, 1]).
+    """
+
+    def __init__(
+        self,
+        grid,
+        tile,
+        num_heads: int,
+        *,
+        candidates=None,
+        extra_tokens: int = 0,
+        bucket_edges=(),
+        query_tiles: int | None = 32,
+        rows_per_tile: int | None = 32,
+        seed: int = 0,
+        scale=None,
+        owned=None,
+        device=None,
+    ):
+        self.grid, self.tile = check_grid(grid), check_tile(tile)
+        self.num_heads = int(num_heads)
+        self.extra_tokens = int(extra_tokens)
+        self.bucket_edges = [float(e) for e in bucket_edges]
+        if self.bucket_edges != sorted(self.bucket_edges):
+            raise ValueError(f"bucket_edges must be ascending, got {self.bucket_edges}")
+        cands = candidate_space(self.grid, self.tile) if candidates is None else check_params(candidates)
+        self.candidates = cands
+        self.query_tiles = query_tiles
+        self.rows_per_tile = rows_per_tile
+        self.seed = int(seed)
+        self.scale = scale
+        self.owned = owned
+        self.device = None if device is None else torch.device(device)
+        self.layout = tile_layout(self.grid, self.tile, pad=True)
+        masks = psa_block_mask(self.grid, cands, self.tile)
+        self._masks = masks  # bool (C, nB, nB), CPU
+        from .psa_mask import PSAMask
+
+        pm = PSAMask(self.grid, cands, self.tile)
+        pm._mask = masks
+        self.density = pm.density()
+        self.token_density = pm.density(tokens=True)
+        self._entries = {}  # (layer, bucket) -> dict of sums
+        self._dev_masks = {}
+
+    def bucket_of(self, step) -> int:
+        return bisect.bisect_right(self.bucket_edges, float(step))
+
+    def _entry(self, layer, bucket):
+        key = (int(layer), int(bucket))
+        if key not in self._entries:
+            C = self.candidates.shape[0]
+            self._entries[key] = {
+                "sq_err": torch.zeros(self.num_heads, C, dtype=torch.float64),
+                "ref_sq": torch.zeros(self.num_heads, dtype=torch.float64),
+                "count": torch.zeros(self.num_heads, dtype=torch.float64),
+                "calls": 0,
+            }
+        return self._entries[key]
+
+    def register(self, layer, step=0.0) -> None:
+        """Make (layer, bucket) a row of the table even if no call adds to it here."""
+        self._entry(layer, self.bucket_of(step))
+
+    def skip(self, layer, step=0.0) -> None:
+        """Count a call without evaluating it (a rank that owns none of its heads), so the
+        row draws of later calls stay the same in every process."""
+        self._entry(layer, self.bucket_of(step))["calls"] += 1
+
+    def _masks_on(self, device):
+        key = str(device)
+        if key not in self._dev_masks:
+            self._dev_masks[key] = self._masks.to(device=device, dtype=torch.float32)
+        return self._dev_masks[key]
+
+    def _sample_rows(self, layer, bucket, call):
+        """Grid-order query rows and their query blocks, by (seed, layer, bucket, call)."""
+        lay = self.layout
+        mix = ((self.seed * 1_000_003 + int(layer)) * 10_007 + int(bucket)) * 101 + int(call)
+        g = torch.Generator().manual_seed(mix & 0x7FFF_FFFF_FFFF)
+        nb = lay.n_blocks
+        n_tiles = nb if self.query_tiles is None else min(nb, int(self.query_tiles))
+        tiles = torch.sort(torch.randperm(nb, generator=g)[:n_tiles]).values
+        rows, qblk = [], []
+        for b in tiles.tolist():
+            n = int(lay.block_lengths[b])
+            take = n if self.rows_per_tile is None else min(n, int(self.rows_per_tile))
+            pick = torch.sort(torch.randperm(n, generator=g)[:take]).values
+            rows.append(lay.perm[b * lay.block_tokens + pick])
+            qblk.append(torch.full((take,), b, dtype=torch.int64))
+        return torch.cat(rows), torch.cat(qblk)
+
+    @torch.no_grad()
+    def add(self, q, k, v, *, layer: int, step=0.0) -> None:
+        """Evaluate every candidate on one attention call (q, k, v: (B, L, H, D))."""
+        B, L, H, D = check_qkv(q, k, v, for_kernel=False)
+        if H != self.num_heads:
+            raise ValueError(f"q has {H} heads, the accumulator was made for {self.num_heads}")
+        check_extra_tokens(self.extra_tokens, L, self.grid)
+        scale = resolve_scale(self.scale, D)
+        bucket = self.bucket_of(step)
+        entry = self._entry(layer, bucket)
+        call = entry["calls"]
+        entry["calls"] += 1
+        heads = [h for h in range(H) if self.owned is None or self.owned(int(layer), h)]
+        if not heads:
+            return
+        dev = self.device or q.device
+        rows, qblk = self._sample_rows(layer, bucket, call)
+        lay = self.layout
+        n, E = lay.n_tokens, self.extra_tokens
+        masks = self._masks_on(dev)
+        valid = (torch.arange(lay.block_tokens)[None, :] < lay.block_lengths.long()[:, None]).to(dev)
+        perm = lay.perm.to(dev).clamp_min(0)
+        rows_d, qblk_d = rows.to(dev), qblk.to(dev)
+        for b in range(B):
+            for h in heads:
+                qr = q[b, rows_d, h].to(dev, torch.float32)
+                kh, vh = k[b, :, h].to(dev, torch.float32), v[b, :, h].to(dev, torch.float32)
+                kb = kh[perm].reshape(lay.n_blocks, lay.block_tokens, D)
+                vb = vh[perm].reshape(lay.n_blocks, lay.block_tokens, D)
+                sq, ref, cnt = _head_losses(qr, qblk_d, kb, vb, valid, kh[n:n + E], vh[n:n + E], masks, scale)
+                entry["sq_err"][h] += sq
+                entry["ref_sq"][h] += ref
+                entry["count"][h] += cnt
+
+    def table(self) -> LossTable:
+        layers = sorted({l for l, _ in self._entries})
+        nb = len(self.bucket_edges) + 1
+        arr = _empty_arrays(len(layers), nb, self.num_heads, self.candidates.shape[0])
+        for (layer, bucket), e in self._entries.items():
+            i = layers.index(layer)
+            arr["sq_err"][i, bucket] = e["sq_err"]
+            arr["ref_sq"][i, bucket] = e["ref_sq"]
+            arr["count"][i, bucket] = e["count"]
+            arr["calls"][i, bucket] = e["calls"]
+        settings = {
+            "query_tiles": self.query_tiles, "rows_per_tile": self.rows_per_tile, "seed": self.seed,
+            "extra_tokens": self.extra_tokens, "scale": self.scale,
+        }
+        return LossTable(self.grid, self.tile, self.candidates.clone(), self.density.clone(),
+                         self.token_density.clone(), layers, list(self.bucket_edges), self.num_heads,
+                         settings=settings, **arr)
+
+
+def _head_losses(qr, qblk, kb, vb, valid, ke, ve, masks, scale, max_elems=1 << 24):
+    """Squared errors of all candidates for the sampled rows of one head.
+
+    qr (R, D) rows, qblk (R,) their query blocks (rows of one block are contiguous);
+    kb, vb (nB, bt, D) key/value blocks, valid (nB, bt); ke, ve (E, D) extra tokens;
+    masks (C, nB, nB) float. Returns (sq_err (C,), ref_sq (), count ()) in float64.
+    """
+    R, D = qr.shape
+    nB, bt, _ = kb.shape
+    C = masks.shape[0]
+    sq_err = torch.zeros(C, dtype=torch.float64, device=qr.device)
+    ref_sq = torch.zeros((), dtype=torch.float64, device=qr.device)
+    kb_flat_t = kb.reshape(nB * bt, D).T
+    pad_bias = None
+    if not bool(valid.all()):
+        pad_bias = torch.zeros(nB, bt, device=qr.device).masked_fill_(~valid, float("-inf"))
+    # group rows by query block (they are sorted by block)
+    blocks, counts = torch.unique_consecutive(qblk, return_counts=True)
+    starts = torch.cumsum(counts, 0) - counts
+    per_row = nB * bt + ke.shape[0]
+    for qb, s0, c in zip(blocks.tolist(), starts.tolist(), counts.tolist()):
+        step = max(1, min(c, max_elems // max(1, per_row)))
+        for r0 in range(s0, s0 + c, step):
+            r1 = min(s0 + c, r0 + step)
+            x = qr[r0:r1]
+            s = (x @ kb_flat_t).mul_(scale).reshape(-1, nB, bt)
+            if pad_bias is not None:
+                s.add_(pad_bias)                             # -inf on padding slots
+            m = s.amax(-1)                                   # (r, nB), finite: no empty block
+            p = s.sub_(m[..., None]).exp_()                  # in place: s becomes p
+            l = p.sum(-1)                                    # (r, nB)
+            pv = torch.bmm(p.transpose(0, 1), vb).transpose(0, 1)  # (r, nB, D)
+            if ke.shape[0]:
+                se = (x @ ke.T) * scale
+                me = se.amax(-1)
+                pe = torch.exp(se - me[:, None])
+                m_all = torch.maximum(m.amax(-1), me)
+                we = torch.exp(me - m_all)
+                num_e = we[:, None] * (pe @ ve)             # (r, D)
+                den_e = we * pe.sum(-1)                      # (r,)
+            else:
+                m_all = m.amax(-1)
+                num_e = torch.zeros_like(x)
+                den_e = torch.zeros(x.shape[0], device=x.device)
+            w = torch.exp(m - m_all[:, None])                # (r, nB)
+            wl = w * l
+            wpv = w[..., None] * pv                          # (r, nB, D)
+            o_dense = (wpv.sum(1) + num_e) / (wl.sum(1) + den_e)[:, None]
+            A = masks[:, qb, :]                              # (C, nB)
+            num = (A @ wpv.permute(1, 0, 2).reshape(nB, -1)).reshape(C, -1, D) + num_e[None]
+            den = A @ wl.T + den_e[None]                     # (C, r)
+            o = num / den[..., None]
+            err = ((o - o_dense[None]) ** 2).sum(dim=(1, 2)).double()
+            err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
+            sq_err += err
+            ref_sq += (o_dense.double() ** 2).sum()
+    count = torch.tensor(float(R * D), dtype=torch.float64)
+    return sq_err.cpu(), ref_sq.cpu(), count
+
+
+# --------------------------------------------------------------------------- samples
+def estimate_sample_bytes(shape, dtype=torch.bfloat16) -> int:
+    """Bytes of one saved (q, k, v) sample of ``shape`` (B, L, H, D), header included."""
+    numel = math.prod(int(x) for x in shape)
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return 3 * numel * itemsize + 4096
+
+
+def save_qkv_sample(path, q, k, v, *, layer: int, step: float, grid, extra_tokens: int = 0) -> int:
+    """Write one attention call's q, k, v (B, L, H, D) as safetensors; returns bytes written."""
+    from safetensors.torch import save_file
+
+    B, L, H, D = check_qkv(q, k, v, for_kernel=False)
+    grid = check_grid(grid)
+    check_extra_tokens(extra_tokens, L, grid)
+    meta = {
+        "format": SAMPLE_FORMAT,
+        "version": "1",
+        "header": json.dumps({"grid": list(grid), "layer": int(layer), "step": float(step),
+                              "extra_tokens": int(extra_tokens)}),
+    }
+    tensors = {n: t.detach().to("cpu").contiguous() for n, t in (("q", q), ("k", k), ("v", v))}
+    save_file(tensors, str(path), metadata=meta)
+    return os.path.getsize(path)
+
+
+def read_sample_header(path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = f.metadata() or {}
+        if meta.get("format") != SAMPLE_FORMAT:
+            raise ValueError(f"{path}: not a PSA q/k/v sample (format {meta.get('format')!r})")
+        h = json.loads(meta["header"])
+        h["shape"] = list(f.get_slice("q").get_shape())
+    h["grid"] = check_grid(h["grid"])
+    return h
+
+
+def load_qkv_sample(path):
+    """(q, k, v, header) of a sample written by :func:`save_qkv_sample`."""
+    from safetensors import safe_open
+
+    h = read_sample_header(path)
+    with safe_open(str(path), framework="pt") as f:
+        q, k, v = (f.get_tensor(n) for n in ("q", "k", "v"))
+    check_qkv(q, k, v, for_kernel=False)
+    check_extra_tokens(h["extra_tokens"], q.shape[1], h["grid"])
+    return q, k, v, h
+
+
+def search_samples(
+    paths,
+    *,
+    tile,
+    candidates=None,
+    bucket_edges=(),
+    query_tiles: int | None = 32,
+    rows_per_tile: int | None = 32,
+    seed: int = 0,
+    device=None,
+    group=None,
+    progress=None,
+) -> LossTable:
+    """Loss table of saved samples; with ``torch.distributed`` initialised, (layer, head)
+    pairs are spread round-robin over the ranks and the tables summed on every rank."""
+    import torch.distributed as dist
+
+    paths = [os.fspath(p) for p in paths]
+    if not paths:
+        raise ValueError("no samples given")
+    headers = [read_sample_header(p) for p in paths]
+    grid, extra, H = headers[0]["grid"], headers[0]["extra_tokens"], headers[0]["shape"][2]
+    for p, h in zip(paths, headers):
+        if h["grid"] != grid or h["extra_tokens"] != extra or h["shape"][2] != H:
+            raise ValueError(f"{p}: grid/extra_tokens/heads {h['grid']}/{h['extra_tokens']}/{h['shape'][2]} "
+                             f"differ from the first sample's {grid}/{extra}/{H}")
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank(group) if distributed else 0
+    world = dist.get_world_size(group) if distributed else 1
+    layers = sorted({h["layer"] for h in headers})
+    pairs = [(l, hh) for l in layers for hh in range(H)]
+    mine = {pair for i, pair in enumerate(pairs) if i % world == rank}
+    acc = PSASearchAccumulator(
+        grid, tile, H, candidates=candidates, extra_tokens=extra, bucket_edges=bucket_edges,
+        query_tiles=query_tiles, rows_per_tile=rows_per_tile, seed=seed,
+        owned=lambda layer, head: (layer, head) in mine, device=device,
+    )
+    for h in headers:
+        acc.register(h["layer"], h["step"])
+    for i, (p, h) in enumerate(zip(paths, headers)):
+        if any((h["layer"], hh) in mine for hh in range(H)):
+            q, k, v, _ = load_qkv_sample(p)
+            acc.add(q, k, v, layer=h["layer"], step=h["step"])
+        else:
+            acc.skip(h["layer"], h["step"])
+        if progress is not None:
+            progress(i + 1, len(paths))
+    table = acc.table()
+    if world > 1:
+        backend = dist.get_backend(group)
+        dev = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        for name in ("sq_err", "ref_sq", "count"):
+            t = getattr(table, name).to(dev)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+            setattr(table, name, t.cpu())
+    table.settings["samples"] = len(paths)
+    table.settings["world_size"] = world
+    return table
+
+
+# --------------------------------------------------------------------------- CLI
+def _maybe_init_distributed():
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group(backend)
+        return True
+    return False
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m kernels.psa_search",
+        description="PSA-Search from saved q/k/v samples (run under torchrun to spread heads over processes).",
+    )
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("search", help="evaluate every candidate on the samples, write a loss table")
+    s.add_argument("samples", nargs="+", help="sample files (.safetensors) or folders holding them")
+    s.add_argument("--tile", type=int, nargs=3, required=True, metavar=("BT", "BH", "BW"))
+    s.add_argument("--out", required=True, help="loss table to write (.safetensors)")
+    s.add_argument("--max-candidates", type=int, default=128)
+    s.add_argument("--candidates-json", help="JSON list of extra [Tw,To,Ts,Sw,So,Ss] rows to add")
+    s.add_argument("--query-tiles", type=int, default=32, help="query blocks sampled per call (0: all)")
+    s.add_argument("--rows-per-tile", type=int, default=32, help="query rows sampled per block (0: all)")
+    s.add_argument("--bucket-edges", type=float, nargs="*", default=[], help="step bucket edges (progress in [0,1])")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--device", default=None)
+    sel = sub.add_parser("select", help="pick masks from a loss table and write a preset")
+    sel.add_argument("table")
+    g = sel.add_mutually_exclusive_group(required=True)
+    g.add_argument("--alpha", type=float)
+    g.add_argument("--sparsity", type=float)
+    sel.add_argument("--metric", default="mse", choices=["mse", "rel"])
+    sel.add_argument("--out", required=True, help="preset to write (.json)")
+    sel.add_argument("--name", required=True)
+    sel.add_argument("--family", required=True)
+    sel.add_argument("--model-name", required=True)
+    sel.add_argument("--fingerprint", type=int, nargs=4, required=True, metavar=("LAYERS", "HEADS", "HEAD_DIM", "HIDDEN"))
+    sel.add_argument("--prompts", type=int, default=1)
+    sel.add_argument("--author", default="")
+    sel.add_argument("--notes", default="")
+    show = sub.add_parser("show", help="summarise a loss table, optionally with a selection")
+    show.add_argument("table")
+    show.add_argument("--alpha", type=float)
+    show.add_argument("--sparsity", type=float)
+    show.add_argument("--metric", default="mse", choices=["mse", "rel"])
+    args = ap.parse_args(argv)
+
+    if args.cmd == "search":
+        import time
+
+        paths = []
+        for p in args.samples:
+            if os.path.isdir(p):
+                paths += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".safetensors"))
+            else:
+                paths.append(p)
+        started = _maybe_init_distributed()
+        import torch.distributed as dist
+
+        rank = dist.get_rank() if dist.is_initialized() else 0
+        h0 = read_sample_header(paths[0])
+        extra = json.loads(args.candidates_json) if args.candidates_json else ()
+        cands = candidate_space(h0["grid"], args.tile, max_candidates=args.max_candidates, seed=args.seed, extra=extra)
+        device = args.device
+        if device is None and torch.cuda.is_available():
+            device = f"cuda:{torch.cuda.current_device()}"
+        t0 = time.time()
+        table = search_samples(
+            paths, tile=args.tile, candidates=cands, bucket_edges=args.bucket_edges,
+            query_tiles=args.query_tiles or None, rows_per_tile=args.rows_per_tile or None,
+            seed=args.seed, device=device,
+        )
+        table.settings["seconds"] = time.time() - t0
+        if rank == 0:
+            table.save(args.out)
+            print(table.summary())
+            print(f"wrote {args.out} in {table.settings['seconds']:.1f} s")
+        if started:
+            dist.destroy_process_group()
+        return 0
+
+    table = LossTable.load(args.table)
+    if args.cmd == "show":
+        print(table.summary())
+        if args.alpha is not None or args.sparsity is not None:
+            s = table.select(alpha=args.alpha, target_sparsity=args.sparsity, metric=args.metric)
+            print(f"selection {s.rule}: mean sparsity {s.mean_sparsity:.3f}")
+            for bi in range(s.params.shape[0]):
+                for li, layer in enumerate(s.layers):
+                    picks = ", ".join(format_params(r) for r in s.params[bi, li])
+                    print(f"  bucket {bi} layer {layer}: {picks}")
+        return 0
+
+    from .presets import preset_from_selection, save_preset
+
+    s = table.select(alpha=args.alpha, target_sparsity=args.sparsity, metric=args.metric)
+    L, Hn, Dh, hidden = args.fingerprint
+    preset = preset_from_selection(
+        s, name=args.name, family=args.family, model_name=args.model_name,
+        fingerprint={"layers": L, "heads": Hn, "head_dim": Dh, "hidden_size": hidden},
+        grid=table.grid, tile=table.tile, candidates=table.candidates.shape[0], prompts=args.prompts,
+        settings=table.settings, author=args.author, notes=args.notes,
+    )
+    save_preset(preset, args.out)
+    print(f"wrote {args.out}: sparsity {preset.stats['sparsity']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
