@@ -17,7 +17,7 @@ STAMP := $(VENV)/.svattn-env-$(ENV_ID)
 
 PYTEST_ARGS ?=
 
-.PHONY: env test comfyui-path clean-env
+.PHONY: env test demo comfyui-path clean-env
 
 env: $(STAMP)
 
@@ -42,3 +42,7 @@ test: $(STAMP)
 
 clean-env:
 	rm -rf $(VENV)
+
+# The main job on an embedded default: a tiny Wan model through the real ComfyUI (tools/demo.py).
+demo: $(STAMP)
+	$(PY) tools/demo.py
