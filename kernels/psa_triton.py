@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for
+from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for, row_offset_dtype
 
 PSA_BLOCK_N = 128  # measured best on the H200 (benchmarks/NOTES.md)
 
@@ -30,7 +30,7 @@ def _psa_kernel(
     stride_ob, stride_on, stride_oh,
     num_heads, num_blocks, tiles_per_block, list_stride, qk_scale_log2,
     HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
 ):
     # WORK lists (head, query block) pairs heaviest first; axis 1 is the tile, axis 2 the batch.
     hq = tl.load(WORK + tl.program_id(0))
@@ -43,27 +43,27 @@ def _psa_kernel(
         offs_d = tl.arange(0, HEAD_DIM)
         local = q_tile * BLOCK_M + offs_m
         row_ok = local < tl.load(BLOCK_LEN + qblk)
-        rows = (qblk * BLOCK_TOKENS + local).to(tl.int64)
+        rows = (qblk * BLOCK_TOKENS + local).to(OFFSET_DTYPE)
         if GATHER:
-            rows = tl.load(ROW_MAP + rows, mask=row_ok, other=0).to(tl.int64)
-        q = tl.load(Q + b * stride_qb + h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
+            rows = tl.load(ROW_MAP + rows, mask=row_ok, other=0).to(OFFSET_DTYPE)
+        q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
                     mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
-        k_base = K + b * stride_kb + h * stride_kh
-        v_base = V + b * stride_vb + h * stride_vh
+        k_base = K + b.to(tl.int64) * stride_kb + h * stride_kh
+        v_base = V + b.to(tl.int64) * stride_vb + h * stride_vh
         ids = LIST_IDS + hq.to(tl.int64) * list_stride
         n_full = tl.load(LIST_COUNTS + hq * 2)
         n_short = tl.load(LIST_COUNTS + hq * 2 + 1)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
-            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER)
+            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER, OFFSET_DTYPE)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
-            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER)
+            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER, OFFSET_DTYPE)
         out = acc / l_i[:, None]
-        tl.store(O + b * stride_ob + h * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
+        tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
                  out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -142,6 +142,7 @@ def launch_psa_kernel(qb, kb, vb, schedule, block_tokens, *, scale, block_m=128,
         out.stride(0), out.stride(1), out.stride(2),
         H, nb, tiles, ids.shape[-1], scale * math.log2(math.e),
         HEAD_DIM=D, BLOCK_TOKENS=block_tokens, BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_DTYPE=dot_dtype_for(qb.dtype), GATHER=gather, num_warps=num_warps, num_stages=num_stages,
+        DOT_DTYPE=dot_dtype_for(qb.dtype), GATHER=gather,
+        OFFSET_DTYPE=row_offset_dtype(max(S, nb * block_tokens), qb, kb, vb, out), num_warps=num_warps, num_stages=num_stages,
     )
     return out

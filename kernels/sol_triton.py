@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for
+from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for, row_offset_dtype
 
 SOL_BLOCK_M = 64
 SOL_CHUNK = 64
@@ -38,7 +38,7 @@ def _sol_kernel(
     sm_scale, qk_scale_log2, num_programs,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr,
     TAIL_RAGGED: tl.constexpr, KEEP_DIAGONAL: tl.constexpr,
-    ROUTE: tl.constexpr, CORRECTION: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    ROUTE: tl.constexpr, CORRECTION: tl.constexpr, DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
@@ -55,13 +55,13 @@ def _sol_kernel(
         b = bh // num_heads
         rows = qblk * BLOCK_M + offs_m
         row_ok = rows < seq_len
-        q_ptrs = Q + b * stride_qb + h * stride_qh + rows[:, None].to(tl.int64) * stride_qn + offs_d[None, :]
+        q_ptrs = Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None].to(OFFSET_DTYPE) * stride_qn + offs_d[None, :]
         q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
-        k_base = K + b * stride_kb + h * stride_kh
-        v_base = V + b * stride_vb + h * stride_vh
+        k_base = K + b.to(tl.int64) * stride_kb + h * stride_kh
+        v_base = V + b.to(tl.int64) * stride_vb + h * stride_vh
         if ROUTE:
             # The previous item's exact pass may still read the staging row.
             tl.debug_barrier()
@@ -116,15 +116,15 @@ def _sol_kernel(
             tail_ids = list_row + n_full
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
-            qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE, False)
+            qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE, False, OFFSET_DTYPE)
         if TAIL_RAGGED:
             acc, l_i, m_i = attend_listed_blocks(
                 acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN, BLOCK_LEN,
-                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE, False)
+                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE, False, OFFSET_DTYPE)
         tl.store(COUNTS + item, n_full + n_tail)
         l_safe = tl.where(l_i > 0, l_i, 1.0)
         out = acc / l_safe[:, None]
-        o_ptrs = O + b * stride_ob + h * stride_oh + rows[:, None].to(tl.int64) * stride_on + offs_d[None, :]
+        o_ptrs = O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None].to(OFFSET_DTYPE) * stride_on + offs_d[None, :]
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
@@ -168,6 +168,7 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
         HEAD_DIM=D, BLOCK_M=SOL_BLOCK_M, CHUNK=SOL_CHUNK,
         TAIL_RAGGED=(L % SOL_BLOCK_M) != 0, KEEP_DIAGONAL=bool(keep_diagonal),
         ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype_for(q.dtype),
+        OFFSET_DTYPE=row_offset_dtype(L + SOL_BLOCK_M, q, k, v, out),
         num_warps=num_warps, num_stages=num_stages,
     )
     return out, counts

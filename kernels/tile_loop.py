@@ -46,7 +46,7 @@ def attend_listed_blocks(
     block_ids, count, block_len, row_map,
     qk_scale_log2,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr,
+    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
 ):
     """Visit ``count`` key blocks whose indices are at ``block_ids[0:count]``.
 
@@ -54,6 +54,9 @@ def attend_listed_blocks(
     ``q`` is already in DOT_DTYPE; ``k_base``/``v_base`` point at row 0 of this (batch, head).
     With GATHER, block slots are not rows of K/V: ``row_map[slot]`` is the row, so a blocked
     order (PSA's tile-major layout) is read in place, without a permuted copy.
+    OFFSET_DTYPE is int32 whenever every row offset of one (batch, head) fits (the host
+    checks), since 64-bit address arithmetic on every tile element costs twice the
+    instructions.
     """
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
@@ -68,7 +71,7 @@ def attend_listed_blocks(
                 rows = tl.load(row_map + rows, mask=valid, other=0)
         elif GATHER:
             rows = tl.load(row_map + rows)
-        ptr_off = rows[:, None].to(tl.int64) * stride_kn + offs_d[None, :]
+        ptr_off = rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :]
         if MASKED:
             k = tl.load(k_base + ptr_off, mask=valid[:, None], other=0.0)
             v = tl.load(v_base + ptr_off, mask=valid[:, None], other=0.0)
@@ -80,3 +83,9 @@ def attend_listed_blocks(
             s = tl.where(valid[None, :], s, float("-inf"))
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
     return acc, l_i, m_i
+
+
+def row_offset_dtype(rows: int, *tensors):
+    """int32 when ``rows`` rows of every tensor are addressable with 32-bit offsets."""
+    reach = max(rows * t.stride(1) + t.stride(2) * t.shape[2] for t in tensors)
+    return tl.int32 if reach < 2**31 else tl.int64
