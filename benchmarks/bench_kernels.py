@@ -176,7 +176,8 @@ def bench_sol(results, seqs, densities, H, D, rep_ms, flex_seqs):
 
 
 def sweep_sol(results, L, rho, H, D, rep_ms, configs):
-    """Time launch configurations of the Sol kernel, fused and fed precomputed lists."""
+    """Time launch configurations (warps:stages:per_sm:tma) of the Sol kernel, fused and fed
+    precomputed lists."""
     q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=7)
     beta = kernels.beta_for_density(rho)
     from kernels.sol_routing import block_thresholds, forced_key_blocks, pooled_blocks
@@ -190,17 +191,17 @@ def sweep_sol(results, L, rho, H, D, rep_ms, configs):
     t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
     t_prep = bench_ms(lambda: block_thresholds(*pooled_blocks(q, k, v)[:2], torch.full((H,), beta, device="cuda"),
                                                "exact", scale), rep_ms)
-    for warps, stages, per_sm in configs:
+    for warps, stages, per_sm, tma in configs:
         row = dict(L=L, target_density=rho, num_warps=warps, num_stages=stages, programs_per_sm=per_sm,
-                   cudnn_ms=t_dense, prep_ms=t_prep)
+                   tma=bool(tma), cudnn_ms=t_dense, prep_ms=t_prep)
         try:
             fused = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
                                               keep_diagonal=False, num_warps=warps, num_stages=stages,
-                                              programs_per_sm=per_sm)
+                                              programs_per_sm=per_sm, tma=bool(tma))
             plain = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
                                               keep_diagonal=False, route=False, correction=False,
                                               block_lists=lists, num_warps=warps, num_stages=stages,
-                                              programs_per_sm=per_sm)
+                                              programs_per_sm=per_sm, tma=bool(tma))
             row["fused_kernel_ms"] = bench_ms(fused, rep_ms)
             row["lists_kernel_ms"] = bench_ms(plain, rep_ms)
         except Exception as exc:  # a configuration that does not compile or fit is recorded, not fatal
@@ -327,7 +328,7 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
 def sweep_psa(results, name, rho, H, D, rep_ms, configs):
     """Time PSA launch configurations (block_n:warps:stages:gather) on one shape."""
     from kernels.layout import tile_layout
-    from kernels.psa_triton import launch_psa_kernel, psa_kernel_schedule
+    from kernels.psa_triton import launch_psa_kernel
 
     grid, tile = PSA_SHAPES[name]
     L = grid[0] * grid[1] * grid[2]
@@ -335,17 +336,16 @@ def sweep_psa(results, name, rho, H, D, rep_ms, configs):
     params, dens = psa_params_for_density(grid, tile, H, rho)
     lay = tile_layout(grid, tile, pad=True, device="cuda")
     blocked = [lay.to_blocks(x, dim=1) for x in (q, k, v)]
-    bt = tile[0] * tile[1] * tile[2]
     scale = 1 / math.sqrt(D)
     t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
-    for block_n, warps, stages, gather in configs:
-        sched = psa_kernel_schedule(grid, params, tile, 0, q.device, block_n=block_n)
-        args = (q, k, v) if gather else blocked
+    for block_n, warps, stages, mode in configs:
+        # mode: 0 pre-permuted inputs, 1 slot map, 2 slot map + TMA boxes for whole tiles
+        args = (q, k, v) if mode else blocked
         row = dict(shape=name, target_density=rho, density=dens, block_n=block_n, num_warps=warps,
-                   num_stages=stages, gather=bool(gather), cudnn_ms=t_dense)
+                   num_stages=stages, mode=["pre-permuted", "slot map", "slot map + TMA"][mode], cudnn_ms=t_dense)
         try:
-            fn = lambda: launch_psa_kernel(*args, sched, bt, scale=scale, block_n=block_n,  # noqa: E731
-                                           num_warps=warps, num_stages=stages, gather=bool(gather))
+            fn = lambda: launch_psa_kernel(*args, grid, params, tile, 0, scale=scale, block_n=block_n,  # noqa: E731
+                                           num_warps=warps, num_stages=stages, gather=mode > 0, tma=mode == 2)
             row["psa_kernel_ms"] = bench_ms(fn, rep_ms)
             row["speedup"] = t_dense / row["psa_kernel_ms"]
         except Exception as exc:  # a configuration that does not compile or fit is recorded, not fatal
@@ -368,8 +368,9 @@ def main():
     ap.add_argument("--psa-shapes", default="wan720p,wan720p_unpadded,hunyuan768p")
     ap.add_argument("--psa-densities", default="0.15,0.40")
     ap.add_argument("--no-flex", action="store_true")
-    ap.add_argument("--psa-sweep", default="", help="PSA configs block_n:warps:stages:gather,... on wan720p")
-    ap.add_argument("--sweep", default="", help="launch configs warps:stages:per_sm,... timed at 75,600 tokens")
+    ap.add_argument("--psa-sweep", default="", help="PSA configs block_n:warps:stages:mode,... on wan720p "
+                    "(mode 0 pre-permuted, 1 slot map, 2 slot map + TMA)")
+    ap.add_argument("--sweep", default="", help="Sol launch configs warps:stages:per_sm:tma,... timed at 75,600 tokens")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     global OUT_PATH

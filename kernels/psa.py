@@ -5,7 +5,7 @@ from ._checks import check_qkv, resolve_scale, unit_stride_last_dim
 from .layout import check_grid, check_tile
 from .psa_mask import check_params
 from .psa_reference import check_extra_tokens
-from .psa_triton import launch_psa_kernel, psa_kernel_schedule
+from .psa_triton import launch_psa_kernel
 
 
 def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None):
@@ -23,6 +23,4 @@ def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None):
     params = check_params(params, num_heads=H)
     scale = resolve_scale(scale, D)
     q, k, v = (unit_stride_last_dim(t) for t in (q, k, v))
-    schedule = psa_kernel_schedule(grid, params, tile, extra, q.device)
-    block_tokens = tile[0] * tile[1] * tile[2]
-    return launch_psa_kernel(q, k, v, schedule, block_tokens, scale=scale)
+    return launch_psa_kernel(q, k, v, grid, params, tile, extra, scale=scale)

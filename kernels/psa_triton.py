@@ -16,21 +16,30 @@ import torch
 import triton
 import triton.language as tl
 
-from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for, row_offset_dtype
+from .tile_loop import (
+    NEG_BIG,
+    attend_full_blocks_tma,
+    attend_listed_blocks,
+    dot_dtype_for,
+    grid_descriptors,
+    row_offset_dtype,
+)
 
 PSA_BLOCK_N = 128  # measured best on the H200 (benchmarks/NOTES.md)
 
 
 @triton.jit
 def _psa_kernel(
-    Q, K, V, O, WORK, LIST_COUNTS, LIST_IDS, BLOCK_LEN, ROW_MAP,
+    Q, K, V, O, K_DESC, V_DESC, WORK, LIST_COUNTS, LIST_IDS, BLOCK_LEN, ROW_MAP,
     stride_qb, stride_qn, stride_qh,
     stride_kb, stride_kn, stride_kh,
     stride_vb, stride_vn, stride_vh,
     stride_ob, stride_on, stride_oh,
-    num_heads, num_blocks, tiles_per_block, list_stride, qk_scale_log2,
+    num_heads, num_blocks, tiles_per_block, list_stride, qk_scale_log2, grid_hw, grid_w,
     HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
+    TMA: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr,
+    TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
 ):
     # WORK lists (head, query block) pairs heaviest first; axis 1 is the tile, axis 2 the batch.
     hq = tl.load(WORK + tl.program_id(0))
@@ -56,9 +65,17 @@ def _psa_kernel(
         ids = LIST_IDS + hq.to(tl.int64) * list_stride
         n_full = tl.load(LIST_COUNTS + hq * 2)
         n_short = tl.load(LIST_COUNTS + hq * 2 + 1)
-        acc, l_i, m_i = attend_listed_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
-            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER, OFFSET_DTYPE)
+        if TMA:
+            # Full blocks are then whole grid tiles, fetched as 3D boxes in the caller's order.
+            desc_b = b if HEADS_IN_COLUMNS else b * num_heads + h
+            desc_col = h * HEAD_DIM if HEADS_IN_COLUMNS else 0
+            acc, l_i, m_i = attend_full_blocks_tma(
+                acc, l_i, m_i, q, K_DESC, V_DESC, desc_b, desc_col, ids, n_full, grid_hw, grid_w,
+                qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE)
+        else:
+            acc, l_i, m_i = attend_listed_blocks(
+                acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
+                qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER, OFFSET_DTYPE)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
             qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER, OFFSET_DTYPE)
@@ -68,7 +85,7 @@ def _psa_kernel(
 
 
 @functools.lru_cache(maxsize=32)
-def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, block_n, device_str):
+def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, block_n, grid_only_full, device_str):
     from .layout import tile_layout
     from .psa_mask import psa_block_mask
 
@@ -84,8 +101,11 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
                          torch.full((extra_blocks,), block_tokens, dtype=torch.int32)])
     if extra_blocks:
         lengths[-1] = extra_tokens - (extra_blocks - 1) * block_tokens
-    # A block runs unmasked only when it is full and cut into whole BLOCK_N sub-tiles.
+    # A block runs unmasked only when it is full and cut into whole BLOCK_N sub-tiles (and,
+    # for the TMA loop, is a tile of the grid rather than of the text tokens).
     is_full = (lengths == block_tokens) & (block_tokens % block_n == 0)
+    if grid_only_full:
+        is_full &= torch.arange(total) < nb
     full_pick = keep & is_full
     short_pick = keep & ~is_full
     n_full = full_pick.sum(-1)
@@ -105,7 +125,8 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
     return tuple(t.to(torch.int32).to(dev).contiguous() for t in (counts, ids, lengths, work, row_map))
 
 
-def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_n: int = PSA_BLOCK_N):
+def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_n: int = PSA_BLOCK_N,
+                        grid_only_full: bool = False):
     """Per-(head, query block) key lists over grid blocks and extra-token blocks, cached.
 
     Returns (counts int32 (H, NB, 2) [full, short], ids int32 (H, NB, W), block lengths
@@ -119,30 +140,52 @@ def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_n: 
         dev = torch.device("cuda", torch.cuda.current_device())
     p = params.cpu().to(torch.int64).contiguous()
     return _cached_kernel_schedule(tuple(grid), tuple(tile), p.numpy().tobytes(), p.shape[0],
-                                   int(extra_tokens), block_n, str(dev))
+                                   int(extra_tokens), block_n, bool(grid_only_full), str(dev))
 
 
-def launch_psa_kernel(qb, kb, vb, schedule, block_tokens, *, scale, block_m=128, block_n=PSA_BLOCK_N,
-                      num_warps=8, num_stages=3, gather=True):
+def tma_sub_frames(tile, max_rows: int = 128):
+    """Frames per TMA box for a tile (bt, bh, bw): the most frames f dividing bt such that
+    f·bh·bw is a power of two in [16, max_rows] (a dot operand), or None."""
+    bt, bh, bw = tile
+    for frames in range(bt, 0, -1):
+        rows = frames * bh * bw
+        if bt % frames == 0 and 16 <= rows <= max_rows and rows & (rows - 1) == 0:
+            return frames
+    return None
+
+
+def launch_psa_kernel(q, k, v, grid, params, tile, extra_tokens, *, scale, block_m=128, block_n=PSA_BLOCK_N,
+                      num_warps=8, num_stages=3, gather=True, tma=True):
     """Run the PSA kernel on q/k/v (B, L, H, D) in sequence order; returns (B, L, H, D).
 
+    ``tma`` fetches whole grid tiles with TMA boxes where the layout and tile allow it;
     ``gather=False`` takes q/k/v already in blocked order (a benchmark of the slot map's cost).
     """
-    counts, ids, lengths, work, row_map = schedule
-    B, S, H, D = qb.shape
+    sub_frames = tma_sub_frames(tile) if (tma and gather) else None
+    descs = grid_descriptors((k, v), grid, (sub_frames, tile[1], tile[2])) if sub_frames else None
+    counts, ids, lengths, work, row_map = psa_kernel_schedule(
+        grid, params, tile, extra_tokens, q.device, block_n=block_n, grid_only_full=descs is not None)
+    block_tokens = tile[0] * tile[1] * tile[2]
+    n_w = -(-grid[2] // tile[2])
+    n_hw = -(-grid[1] // tile[1]) * n_w
+    k_desc, v_desc = descs[0] if descs else (k, v)
+    B, S, H, D = q.shape
     nb = lengths.shape[0]
     block_m = min(block_m, max(16, triton.next_power_of_2(block_tokens)))
     tiles = -(-block_tokens // block_m)
-    out = torch.empty((B, S, H, D), device=qb.device, dtype=qb.dtype)
+    out = torch.empty((B, S, H, D), device=q.device, dtype=q.dtype)
     _psa_kernel[(H * nb, tiles, B)](
-        qb, kb, vb, out, work, counts, ids, lengths, row_map,
-        qb.stride(0), qb.stride(1), qb.stride(2),
-        kb.stride(0), kb.stride(1), kb.stride(2),
-        vb.stride(0), vb.stride(1), vb.stride(2),
+        q, k, v, out, k_desc, v_desc, work, counts, ids, lengths, row_map,
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        H, nb, tiles, ids.shape[-1], scale * math.log2(math.e),
+        H, nb, tiles, ids.shape[-1], scale * math.log2(math.e), n_hw, n_w,
         HEAD_DIM=D, BLOCK_TOKENS=block_tokens, BLOCK_M=block_m, BLOCK_N=block_n,
-        DOT_DTYPE=dot_dtype_for(qb.dtype), GATHER=gather,
-        OFFSET_DTYPE=row_offset_dtype(max(S, nb * block_tokens), qb, kb, vb, out), num_warps=num_warps, num_stages=num_stages,
+        DOT_DTYPE=dot_dtype_for(q.dtype), GATHER=gather,
+        OFFSET_DTYPE=row_offset_dtype(max(S, nb * block_tokens), q, k, v, out),
+        TMA=descs is not None, HEADS_IN_COLUMNS=bool(descs and descs[1]),
+        TILE_T=tile[0], TILE_H=tile[1], TILE_W=tile[2], SUB_T=sub_frames or 1,
+        num_warps=num_warps, num_stages=num_stages,
     )
     return out

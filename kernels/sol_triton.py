@@ -19,7 +19,14 @@ import torch
 import triton
 import triton.language as tl
 
-from .tile_loop import NEG_BIG, attend_listed_blocks, dot_dtype_for, row_offset_dtype
+from .tile_loop import (
+    NEG_BIG,
+    attend_full_blocks_tma,
+    attend_listed_blocks,
+    dot_dtype_for,
+    grid_descriptors,
+    row_offset_dtype,
+)
 
 SOL_BLOCK_M = 64
 SOL_CHUNK = 64
@@ -27,7 +34,7 @@ SOL_CHUNK = 64
 
 @triton.jit
 def _sol_kernel(
-    Q, K, V, O,
+    Q, K, V, O, K_DESC, V_DESC,
     K_POOL, V_POOL, TAU, FORCED, BLOCK_LEN, STAGE, COUNTS,
     LIST_COUNTS, LIST_IDS,
     stride_qb, stride_qn, stride_qh,
@@ -39,6 +46,7 @@ def _sol_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr,
     TAIL_RAGGED: tl.constexpr, KEEP_DIAGONAL: tl.constexpr,
     ROUTE: tl.constexpr, CORRECTION: tl.constexpr, DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
+    TMA: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
@@ -114,9 +122,17 @@ def _sol_kernel(
             n_tail = tl.load(LIST_COUNTS + (bh * num_blocks + qblk) * 2 + 1)
             full_ids = list_row
             tail_ids = list_row + n_full
-        acc, l_i, m_i = attend_listed_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
-            qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE, False, OFFSET_DTYPE)
+        if TMA:
+            # Sol's key blocks are the tiles (64, 1, 1) of the token "grid" (L, 1, 1).
+            desc_b = b if HEADS_IN_COLUMNS else b * num_heads + h
+            desc_col = h * HEAD_DIM if HEADS_IN_COLUMNS else 0
+            acc, l_i, m_i = attend_full_blocks_tma(
+                acc, l_i, m_i, q, K_DESC, V_DESC, desc_b, desc_col, full_ids, n_full, 1, 1,
+                qk_scale_log2, BLOCK_M, 1, 1, BLOCK_M, HEAD_DIM, DOT_DTYPE)
+        else:
+            acc, l_i, m_i = attend_listed_blocks(
+                acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
+                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE, False, OFFSET_DTYPE)
         if TAIL_RAGGED:
             acc, l_i, m_i = attend_listed_blocks(
                 acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN, BLOCK_LEN,
@@ -136,11 +152,13 @@ def _programs_for(total_items: int, device, per_sm: int) -> int:
 
 
 def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale, keep_diagonal,
-                      route=True, correction=True, block_lists=None, num_warps=4, num_stages=3, programs_per_sm=2):
+                      route=True, correction=True, block_lists=None, num_warps=4, num_stages=3, programs_per_sm=2,
+                      tma=True):
     """Run the Sol kernel; returns (out (B, L, H, D), exact-block counts (B, H, N) int32).
 
     With ``route=False``, ``block_lists`` = (counts int32 (B, H, N, 2) [full, tail],
     ids int32 (B, H, N, W)) gives the exact blocks of each query block instead.
+    ``tma`` fetches full key blocks with TMA descriptors where the layout allows it.
     """
     B, L, H, D = q.shape
     n = block_len.shape[0]
@@ -156,8 +174,10 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
     else:
         list_counts, list_ids = block_lists
         list_stride = list_ids.shape[-1]
+    descs = grid_descriptors((k, v), (L, 1, 1), (SOL_BLOCK_M, 1, 1)) if tma else None
+    k_desc, v_desc = descs[0] if descs else (k, v)
     _sol_kernel[(programs,)](
-        q, k, v, out, k_pool, v_pool, tau, forced, block_len, stage, counts,
+        q, k, v, out, k_desc, v_desc, k_pool, v_pool, tau, forced, block_len, stage, counts,
         list_counts, list_ids,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
@@ -169,6 +189,7 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
         TAIL_RAGGED=(L % SOL_BLOCK_M) != 0, KEEP_DIAGONAL=bool(keep_diagonal),
         ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype_for(q.dtype),
         OFFSET_DTYPE=row_offset_dtype(L + SOL_BLOCK_M, q, k, v, out),
+        TMA=descs is not None, HEADS_IN_COLUMNS=bool(descs and descs[1]),
         num_warps=num_warps, num_stages=num_stages,
     )
     return out, counts

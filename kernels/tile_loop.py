@@ -85,6 +85,82 @@ def attend_listed_blocks(
     return acc, l_i, m_i
 
 
+@triton.jit
+def attend_full_blocks_tma(
+    acc, l_i, m_i, q,
+    k_desc, v_desc, desc_b, desc_col,
+    block_ids, count, grid_hw, grid_w,
+    qk_scale_log2,
+    TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
+    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):
+    """The unmasked loop with K/V tiles fetched by the tensor memory accelerator (Hopper).
+
+    Key blocks are 3D tiles (TILE_T, TILE_H, TILE_W) of a token grid seen through a 5D
+    descriptor (batch-or-batch·head, T, H, W, columns); each is walked in boxes of SUB_T
+    frames, BLOCK_N = SUB_T·TILE_H·TILE_W rows. Sol's blocks are the case grid (L, 1, 1),
+    tile (64, 1, 1). No per-element address arithmetic: one coordinate per box.
+    """
+    SUB: tl.constexpr = TILE_T // SUB_T
+    BLOCK_N: tl.constexpr = SUB_T * TILE_H * TILE_W
+    for t in range(0, count * SUB):
+        blk = tl.load(block_ids + t // SUB)
+        tb = blk // grid_hw
+        hb = (blk % grid_hw) // grid_w
+        wb = blk % grid_w
+        t0 = tb * TILE_T + (t % SUB) * SUB_T
+        k = k_desc.load([desc_b, t0, hb * TILE_H, wb * TILE_W, desc_col]).reshape(BLOCK_N, HEAD_DIM)
+        v = v_desc.load([desc_b, t0, hb * TILE_H, wb * TILE_W, desc_col]).reshape(BLOCK_N, HEAD_DIM)
+        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
+        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+    return acc, l_i, m_i
+
+
+def grid_descriptors(tensors, grid, sub_tile):
+    """5D TMA descriptors viewing the first T·H·W tokens of (B, L, heads, D) tensors as a grid.
+
+    Returns (descriptors, heads_in_columns) or None when the memory layout does not allow it
+    (then the pointer loop runs). Two layouts qualify: heads and head dim contiguous
+    ((B, L, heads·D) as Wan and LTX hand it over): view (B, T, H, W, heads·D), coordinates
+    (b, …, h·D); or heads first ((B, heads, L, D) as HunyuanVideo): view (B·heads, T, H, W, D),
+    coordinates (b·heads + h, …, 0). ``sub_tile`` = (frames, H, W) of one box.
+    """
+    from ._checks import triton_interpreting
+
+    if not _tma_available() and not triton_interpreting():
+        return None
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    T, H, W = grid
+    descs = []
+    heads_in_columns = None
+    for x in tensors:
+        B, L, nh, D = x.shape
+        sb, sl, sh, sd = x.stride()
+        if sd != 1 or x.data_ptr() % 16 or (sl * x.element_size()) % 16:
+            return None
+        if sh == D and (heads_in_columns in (None, True)):
+            shape = [B, T, H, W, nh * D]
+            strides = [sb, H * W * sl, W * sl, sl, 1]
+            heads_in_columns = True
+        elif sl == D and sb == nh * sh and (heads_in_columns in (None, False)):
+            shape = [B * nh, T, H, W, D]
+            strides = [sh, H * W * sl, W * sl, sl, 1]
+            heads_in_columns = False
+        else:
+            return None
+        if any((st * x.element_size()) % 16 for st in strides[:-1]):
+            return None
+        descs.append(TensorDescriptor(x, shape=shape, strides=strides, block_shape=[1, *sub_tile, D]))
+    return descs, heads_in_columns
+
+
+def _tma_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+
+
 def row_offset_dtype(rows: int, *tensors):
     """int32 when ``rows`` rows of every tensor are addressable with 32-bit offsets."""
     reach = max(rows * t.stride(1) + t.stride(2) * t.shape[2] for t in tensors)

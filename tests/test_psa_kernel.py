@@ -66,3 +66,28 @@ def test_kernel_bad_inputs():
     with pytest.raises(ValueError, match="head dim"):
         x = torch.randn(1, 3 * 5 * 7, 2, 32).half()
         kernels.psa_attention(x, x, x, grid=(3, 5, 7), params=good, tile=(1, 1, 1))
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_tma_and_pointer_loops_agree_with_reference(tma):
+    from kernels.psa_triton import launch_psa_kernel, tma_sub_frames
+
+    grid, tile, extra = (3, 5, 7), (2, 2, 4), 6
+    assert tma_sub_frames(tile) == 2  # whole grid tiles run through 16-row TMA boxes
+    L = 3 * 5 * 7 + extra
+    gen = torch.Generator().manual_seed(12)
+    q, k, v = (torch.randn(2, L, 2, 64, generator=gen).half() for _ in range(3))
+    # Heads-first storage (HunyuanVideo's layout) for the descriptor's second form.
+    q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])
+    out = launch_psa_kernel(q, k, v, grid, params, tile, extra, scale=0.125, tma=tma)
+    ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    assert rel_err(out, ref) < 3e-3
+
+
+def test_tma_box_sizes():
+    from kernels.psa_triton import tma_sub_frames
+
+    assert tma_sub_frames((3, 8, 16)) == 1   # Wan 720p: 128-row boxes, one frame of the tile
+    assert tma_sub_frames((6, 8, 8)) == 2    # HunyuanVideo 768p: two frames per box
+    assert tma_sub_frames((2, 3, 5)) is None  # 15-token planes: pointer loop

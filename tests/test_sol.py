@@ -171,7 +171,8 @@ def test_kernel_rejects_what_it_cannot_run(monkeypatch):
         kernels.sol_attention(q, k, v, beta=1.0)
 
 
-def test_precomputed_lists_without_correction_match_block_sparse_reference():
+@pytest.mark.parametrize("tma", [False, True])
+def test_precomputed_lists_without_correction_match_block_sparse_reference(tma):
     from kernels.sol_routing import block_lengths
     from kernels.sol_triton import block_lists_from_selection, launch_sol_kernel
 
@@ -182,7 +183,7 @@ def test_precomputed_lists_without_correction_match_block_sparse_reference():
     unused = torch.zeros(1, dtype=torch.float16)
     out, _ = launch_sol_kernel(
         q, k, v, unused, unused, torch.zeros(1), torch.zeros(1, dtype=torch.int8), lens,
-        scale=0.125, keep_diagonal=False, route=False, correction=False, block_lists=lists)
+        scale=0.125, keep_diagonal=False, route=False, correction=False, block_lists=lists, tma=tma)
     ref = kernels.sol_attention_reference(q, k, v, beta=0.3, selection=sel, correction=False)
     assert rel_err(out, ref) < 3e-3
 
