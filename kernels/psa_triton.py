@@ -155,7 +155,7 @@ def tma_sub_frames(tile, max_rows: int = 128):
 
 
 def launch_psa_kernel(q, k, v, grid, params, tile, extra_tokens, *, scale, block_m=128, block_n=PSA_BLOCK_N,
-                      num_warps=8, num_stages=3, gather=True, tma=True):
+                      num_warps=8, num_stages=4, gather=True, tma=True):
     """Run the PSA kernel on q/k/v (B, L, H, D) in sequence order; returns (B, L, H, D).
 
     ``tma`` fetches whole grid tiles with TMA boxes where the layout and tile allow it;
