@@ -94,6 +94,17 @@ def rope_frequencies(head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.cat(omegas), torch.cat(axes)
 
 
+def _check_rope(rope, head_dim: int):
+    omega, axis = rope
+    omega = torch.as_tensor(omega, dtype=torch.float64).flatten()
+    axis = torch.as_tensor(axis, dtype=torch.long).flatten()
+    if omega.numel() != head_dim // 2 or axis.numel() != head_dim // 2:
+        raise ValueError(f"rope needs head_dim/2 = {head_dim // 2} pairs, got {omega.numel()} / {axis.numel()}")
+    if bool(((axis < 0) | (axis > 2)).any()) or not all(bool((axis == a).any()) for a in range(3)):
+        raise ValueError("rope axis entries must be 0, 1, 2 (t, h, w), each at least once")
+    return omega, axis
+
+
 def grid_positions(grid, device) -> torch.Tensor:
     """(L, 3) float32 (t, h, w) of every token, row-major order."""
     T, H, W = grid
@@ -171,6 +182,8 @@ def _band_weights(omega, axis, band: int, centre_range, gen: torch.Generator) ->
     centre drawn from ``centre_range`` (index 0 = ω 1, period 6 tokens; index 5 ≈ period 50
     tokens for a 42-dim band), plus one boosted dominant pair (index 0..5)."""
     idx = (axis == band).nonzero().flatten()
+    # pair index 0 = the band's highest frequency (Wan's order already; other RoPEs are sorted)
+    idx = idx[torch.sort(omega[idx], descending=True, stable=True).indices]
     n = idx.numel()
     centre = float(torch.empty(1).uniform_(*centre_range, generator=gen))
     width = float(torch.empty(1).uniform_(1.5, 3.0, generator=gen))
@@ -184,9 +197,12 @@ def _band_weights(omega, axis, band: int, centre_range, gen: torch.Generator) ->
     return full
 
 
-def head_params(kind: str, head_dim: int, gen: torch.Generator) -> dict:
-    """Random parameters of one head (CPU, float64/float32), independent of the grid."""
-    omega, axis = rope_frequencies(head_dim)
+def head_params(kind: str, head_dim: int, gen: torch.Generator, rope=None) -> dict:
+    """Random parameters of one head (CPU, float64/float32), independent of the grid.
+
+    ``rope``: None (Wan's split, :func:`rope_frequencies`) or ``(omega, axis)``, each
+    (head_dim/2,): angle per token step and axis (0 t, 1 h, 2 w) of every rotation pair."""
+    omega, axis = rope_frequencies(head_dim) if rope is None else _check_rope(rope, head_dim)
     g_t, g_h, g_w, g_c, g_sink = KIND_GAINS[kind]
     jitter = torch.exp(torch.empty(5, dtype=torch.float64).uniform_(math.log(0.75), math.log(4 / 3), generator=gen))
     gains = [g * float(j) for g, j in zip((g_t, g_h, g_w, g_c, g_sink), jitter)]
@@ -208,7 +224,8 @@ def head_params(kind: str, head_dim: int, gen: torch.Generator) -> dict:
     # s * (g u_i)·(g u_j) ≈ g² · sqrt(D) · corr(i, j) for unit-variance u: g² = G_c / sqrt(D).
     g_content = math.sqrt(gains[3] / math.sqrt(head_dim))
     # Sink pair: the last (lowest-frequency) pair of the temporal band, position-free.
-    sink_pair = rope_bands(head_dim)[0] // 2 - 1
+    t_pairs = (axis == 0).nonzero().flatten()
+    sink_pair = int(t_pairs[torch.argmin(omega[t_pairs])]) if rope is not None else rope_bands(head_dim)[0] // 2 - 1
     return {
         "kind": kind,
         "gains": {"t": gains[0], "h": gains[1], "w": gains[2], "content": gains[3], "sink": gains[4]},
@@ -233,6 +250,7 @@ def video_qkv(
     device="cpu",
     dtype=torch.bfloat16,
     logit_scale=None,
+    rope=None,
 ):
     """Video-like q, k, v (B, L, H, D) in ``dtype`` on ``device`` and a list of H kind labels.
 
@@ -241,6 +259,8 @@ def video_qkv(
     logit_scale: factor on every logit (q and k both scaled by its square root). None: the
     default ``default_logit_scale(L)`` = log(L)/log(75600), so that a small grid is about as
     concentrated, relative to its length, as the full Wan 720p grid (gains are set for that).
+    rope: None for Wan 2.1's 3D RoPE, or ``(omega, axis)`` per rotation pair (head_dim/2 each:
+    angle per token step, axis 0/1/2 = t/h/w) for another model's RoPE (HunyuanVideo, LTX).
     """
     T, Hh, Ww = (int(x) for x in grid)
     if min(T, Hh, Ww) < 1:
@@ -250,10 +270,10 @@ def video_qkv(
     L = T * Hh * Ww
     cpu_gen = torch.Generator(device="cpu").manual_seed(int(seed))
     dev_gen = torch.Generator(device=device).manual_seed(int(seed) + 1)
-    params = [head_params(kind, head_dim, cpu_gen) for kind in kinds]
+    params = [head_params(kind, head_dim, cpu_gen, rope) for kind in kinds]
     sink_tokens = torch.randperm(L, generator=cpu_gen)[:N_SINKS].to(device)
 
-    omega, axis = rope_frequencies(head_dim)
+    omega, axis = rope_frequencies(head_dim) if rope is None else _check_rope(rope, head_dim)
     pos = grid_positions((T, Hh, Ww), device)
     angles = pos[:, axis.to(device)] * omega.to(device=device, dtype=torch.float32)  # (L, D/2)
     cos, sin = torch.cos(angles), torch.sin(angles)
