@@ -11,7 +11,7 @@ from ._checks import (
     resolve_scale,
     unit_stride_last_dim,
 )
-from .sol_routing import block_thresholds, forced_key_blocks, pooled_blocks, run_reordered
+from .sol_routing import block_thresholds, forced_key_blocks, pooled_blocks, with_reorder
 from .sol_triton import launch_sol_kernel
 
 
@@ -55,10 +55,4 @@ def _sol_attention_kernel(
     return out
 
 
-def sol_attention(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False, scale=None,
-                  return_stats=False, grid=None, reorder=None, **study):
-    """Sol-Attn (Triton); see ``_sol_attention_kernel`` for every argument. ``reorder`` = (bt, bh, bw)
-    with ``grid`` = (T, H, W) runs it with the video tokens in tile-major order
-    (``sol_routing.run_reordered``)."""
-    return run_reordered(_sol_attention_kernel, q, k, v, grid=grid, reorder=reorder, sinks=sinks, return_stats=return_stats,
-                         beta=beta, estimator=estimator, keep_diagonal=keep_diagonal, scale=scale, **study)
+sol_attention = with_reorder(_sol_attention_kernel, "sol_attention")

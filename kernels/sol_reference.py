@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_estimator, check_qkv, check_token_ranges, per_head_beta, resolve_scale
-from .sol_routing import SOL_BLOCK, block_thresholds, forced_key_blocks, pooled_blocks, run_reordered
+from .sol_routing import SOL_BLOCK, block_thresholds, forced_key_blocks, pooled_blocks, with_reorder
 
 # Query blocks per chunk of the reference; bounds its memory to chunk·64·L floats per head.
 _REFERENCE_QUERY_BLOCKS_PER_CHUNK = 16
@@ -99,10 +99,4 @@ def _sol_attention_reference(
     return out
 
 
-def sol_attention_reference(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False, scale=None,
-                            return_stats=False, grid=None, reorder=None, **study):
-    """Sol-Attn float32 reference; see ``_sol_attention_reference`` for every argument. ``reorder`` = (bt, bh, bw)
-    with ``grid`` = (T, H, W) runs it with the video tokens in tile-major order
-    (``sol_routing.run_reordered``)."""
-    return run_reordered(_sol_attention_reference, q, k, v, grid=grid, reorder=reorder, sinks=sinks, return_stats=return_stats,
-                         beta=beta, estimator=estimator, keep_diagonal=keep_diagonal, scale=scale, **study)
+sol_attention_reference = with_reorder(_sol_attention_reference, "sol_attention_reference")

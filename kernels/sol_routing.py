@@ -110,6 +110,23 @@ def beta_for_density(rho: float) -> float:
     return -statistics.NormalDist().inv_cdf(rho)
 
 
+def with_reorder(attention, name: str):
+    """The public form of a Sol attention function: its arguments plus ``grid`` and
+    ``reorder`` (see ``run_reordered``)."""
+
+    def entry(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False, scale=None,
+              return_stats=False, grid=None, reorder=None, **study):
+        return run_reordered(attention, q, k, v, grid=grid, reorder=reorder, sinks=sinks,
+                             return_stats=return_stats, beta=beta, estimator=estimator,
+                             keep_diagonal=keep_diagonal, scale=scale, **study)
+
+    entry.__name__ = entry.__qualname__ = name
+    entry.__doc__ = (attention.__doc__ or "") + (
+        "\n\n    ``reorder`` = (bt, bh, bw) with ``grid`` = (T, H, W): run on the video tokens in\n"
+        "    tile-major order (``sol_routing.run_reordered``).\n")
+    return entry
+
+
 def run_reordered(attention, q, k, v, *, grid, reorder, sinks, return_stats, **kwargs):
     """Run a Sol attention function with the video tokens in tile-major order.
 
