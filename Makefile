@@ -17,7 +17,7 @@ STAMP := $(VENV)/.svattn-env-$(ENV_ID)
 
 PYTEST_ARGS ?=
 
-.PHONY: env test demo comfyui-path clean-env
+.PHONY: env test demo comfyui-path clean-env test-tools ui-test-deps comfy-cli
 
 env: $(STAMP)
 
@@ -46,3 +46,30 @@ clean-env:
 # The main job on an embedded default: a tiny Wan model through the real ComfyUI (tools/demo.py).
 demo: $(STAMP)
 	$(PY) tools/demo.py
+
+# Tools for the tests of what users see (tests/test_workflows*.py); `make test` runs without
+# them, skipping those tests. .ci/run calls this before `make test`.
+#   ui-test-deps: the playwright package in $(VENV) and Debian's chromium (apt-get, only as
+#                 root or with passwordless sudo; otherwise it says what to run)
+#   comfy-cli:    comfy-cli in its own venv $(TOOLS_VENV) (`comfy node validate/pack`)
+TOOLS_VENV ?= .venv-tools
+PLAYWRIGHT_SPEC := playwright==1.65.2
+COMFY_CLI_SPEC := comfy-cli==1.23.0
+CHROMIUM ?= /usr/bin/chromium
+
+test-tools: ui-test-deps comfy-cli
+
+ui-test-deps: $(STAMP)
+	$(PIP) install --quiet $(PLAYWRIGHT_SPEC)
+	@if [ -x $(CHROMIUM) ]; then echo "== chromium: $(CHROMIUM)"; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	elif [ -n "$$CI" ] && sudo -n true 2>/dev/null; then \
+		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	else echo "== chromium missing: run 'sudo apt-get install -y chromium' (web UI tests skip without it)"; fi
+
+comfy-cli: $(TOOLS_VENV)/bin/comfy
+
+$(TOOLS_VENV)/bin/comfy:
+	test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
+	$(TOOLS_VENV)/bin/python -m pip install --quiet $(COMFY_CLI_SPEC)

@@ -1,0 +1,380 @@
+"""The example workflows (workflows/*.json) as a user meets them.
+
+One real ComfyUI server (main.py --cpu, this pack installed, plus the test-only text-encoder
+stand-in of tests/workflow_stub_nodes) serves every test here. Its models folder holds tiny
+files under the official names the workflows load (tests/workflow_tiny_files.py).
+
+* test_workflow_matches_object_info: node types exist (core or this pack only), widget
+  values line up with /object_info (count, combo options, number bounds), links join
+  matching types, a Note points at BENCHMARKS.md.
+* test_workflow_loads_in_web_ui (needs chromium): the real web UI in headless Chromium loads
+  the file: no missing node type, every widget holds the saved value and a valid one, and the
+  frontend's own graphToPrompt gives the same API prompt as tests/workflow_convert.py.
+* test_workflow_runs_on_cpu: UI -> API, submitted to /prompt, executed to the end (video
+  saved), and the run summary the patch node logs shows sparse attention calls.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import comfyui_harness as h
+import workflow_convert as wc
+import workflow_tiny_files as tiny
+
+WORKFLOWS_DIR = h.REPO_ROOT / "workflows"
+WORKFLOWS = {
+    "wan2.1_t2v_14B_720p_sol_attn.json": "wan21_t2v",
+    "wan2.2_i2v_A14B_two_stage_sol_attn.json": "wan22_i2v",
+    "hunyuan_video_t2v_720p_psa.json": "hunyuan_video",
+    "ltxv_t2v_sol_attn.json": "ltxv",
+}
+PATCHES_EXPECTED = {"wan21_t2v": 1, "wan22_i2v": 2, "hunyuan_video": 1, "ltxv": 1}
+PACK_MODULE = f"custom_nodes.{h.PACK_NAME}"
+I2V_START_IMAGE = "sparse_attention_i2v_start.png"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+MODEL_CACHE = h.REPO_ROOT / ".cache" / "test-models"
+
+
+def load(name: str) -> dict:
+    return json.loads((WORKFLOWS_DIR / name).read_text())
+
+
+def test_every_workflow_file_is_covered():
+    assert sorted(p.name for p in WORKFLOWS_DIR.glob("*.json")) == sorted(WORKFLOWS)
+
+
+# --------------------------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------------------------
+
+def _write_tiny_preset(path: Path):
+    """A PSA preset for the tiny HunyuanVideo model (2 blocks, 1 head) on the test's token grid,
+    under the name the workflow loads: models/sparse_attention_presets/ comes first in the
+    loader's search, so it stands in for the shipped 720p preset as the tiny files do for
+    the real weights."""
+    import torch
+    from kernels.presets import Preset, save_preset
+    params = torch.tensor([2, 0, 0, 2, 0, 0], dtype=torch.int64).expand(1, 2, 1, 6).clone()
+    preset = Preset(name="hunyuan_video_tiny_test", family="hunyuan_video", model_name="tiny test model",
+                    fingerprint={"layers": 2, "heads": 1, "head_dim": 128, "hidden_size": 128},
+                    grid=wc.HUNYUAN_TINY_GRID, tile=(1, 2, 4), params=params, bucket_edges=[], source="geometry",
+                    search={"rule": "target_sparsity", "value": 0.5, "metric": "mse", "candidates": 1, "prompts": 1,
+                            "query_tiles": None, "rows_per_tile": None},
+                    stats={"sparsity": 0.5, "mean_loss": None, "layer_sparsity": [0.5, 0.5]})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_preset(preset, path)
+
+
+def _write_start_image(path: Path):
+    import numpy as np
+    from PIL import Image
+    y, x = np.mgrid[0:64, 0:96]
+    rgb = np.stack([x * 2, y * 3, (x + y) % 256], axis=-1).astype("uint8")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(rgb).save(path)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, comfyui):
+    """main.py --cpu with tiny models under the official names. (Depends on ``comfyui`` only
+    so that ComfyUI's modules are importable here for writing the tiny files.)"""
+    base = tmp_path_factory.mktemp("workflow-server")
+    (base / "custom_nodes").mkdir()
+    (base / "custom_nodes" / "svattn_test_stubs").symlink_to(Path(__file__).parent / "workflow_stub_nodes")
+    MODEL_CACHE.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    for family in tiny.FILES:
+        tiny.write_models(base / "models", family, cache_dir=MODEL_CACHE)
+    _write_tiny_preset(base / "models" / "sparse_attention_presets" / wc.make_workflows.HUNYUAN_PRESET)
+    _write_start_image(base / "input" / I2V_START_IMAGE)
+    files_s = time.perf_counter() - t0
+    srv = h.start_server(base)
+    srv.files_s = files_s
+    srv.object_info = srv.get_json("/object_info", timeout=120)
+    yield srv
+    srv.stop()
+
+
+# --------------------------------------------------------------------------------------------
+# Static checks against /object_info
+# --------------------------------------------------------------------------------------------
+
+def _official_file_names() -> set:
+    names = set()
+    for fam in tiny.FILES.values():
+        for files in fam.values():
+            names.update(files)
+    for files in tiny.TEXT_ENCODER_FILES.values():
+        names.update(files)
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(WORKFLOWS))
+def test_workflow_matches_object_info(server, name):
+    wf = load(name)
+    info = server.object_info
+    assert wf["version"] == 0.4 and wf["last_node_id"] == max(n["id"] for n in wf["nodes"])
+    assert wf["last_link_id"] == max(link[0] for link in wf["links"])
+    official = _official_file_names()
+    nodes = {n["id"]: n for n in wf["nodes"]}
+    notes = [n for n in wf["nodes"] if n["type"] == "Note"]
+    assert len(notes) == 1 and "BENCHMARKS.md" in notes[0]["widgets_values"][0]
+    for node in wf["nodes"]:
+        if node["type"] in wc.FRONTEND_ONLY:
+            continue
+        assert node["type"] in info, f"{name}: node type {node['type']} unknown to this ComfyUI"
+        module = info[node["type"]]["python_module"]
+        assert module == "nodes" or module.startswith("comfy_extras.") or module == PACK_MODULE, \
+            f"{name}: {node['type']} comes from {module}, not ComfyUI core or this pack"
+        layout = wc.widget_layout(info, node["type"])
+        values = node["widgets_values"]
+        assert len(values) == len(layout), f"{node['type']}: {values} vs {layout}"
+        spec_all = {**info[node["type"]]["input"].get("required", {}), **info[node["type"]]["input"].get("optional", {})}
+        for (wname, kind), value in zip(layout, values):
+            if kind == "control":
+                assert value in ("fixed", "increment", "decrement", "randomize")
+                continue
+            if kind == "upload":
+                assert value == "image"
+                continue
+            spec = spec_all[wname]
+            opts = spec[1] if len(spec) > 1 else {}
+            if kind == "COMBO":
+                options = spec[0] if isinstance(spec[0], list) else opts.get("options", [])
+                # file names come from this machine's folders: the model files must be the
+                # official names, the preset the shipped one, the image the user's own
+                if wname in ("unet_name", "clip_name", "clip_name1", "clip_name2", "vae_name", "ckpt_name"):
+                    assert value in official, f"{node['type']}.{wname} = {value!r} is not an official file name"
+                elif wname not in ("image", "preset_name"):
+                    assert value in options, f"{node['type']}.{wname} = {value!r} not in {options}"
+            elif kind in ("INT", "FLOAT"):
+                assert isinstance(value, (int, float)) and not isinstance(value, bool)
+                if kind == "INT":
+                    assert value == int(value)
+                assert opts.get("min", -math.inf) <= value <= opts.get("max", math.inf), f"{node['type']}.{wname}"
+            elif kind == "BOOLEAN":
+                assert isinstance(value, bool)
+            elif kind == "STRING":
+                assert isinstance(value, str)
+    for lid, src, slot, dst, dslot, ltype in wf["links"]:
+        out_type = info[nodes[src]["type"]]["output"][slot]
+        inp = nodes[dst]["inputs"][dslot]
+        assert ltype == out_type == inp["type"] and inp["link"] == lid, f"{name}: link {lid}"
+        assert lid in nodes[src]["outputs"][slot]["links"]
+    patches = [n for n in wf["nodes"] if n["type"] == "SparseAttentionPatch"]
+    assert len(patches) == PATCHES_EXPECTED[WORKFLOWS[name]]
+    # every patch sits between a model loader and the sampler: its MODEL output is used
+    for p in patches:
+        assert p["outputs"][0]["links"], f"{name}: a patch node's output is not connected"
+    # the prompt converts and ComfyUI accepts every required input
+    prompt = wc.ui_to_api(wf, info)
+    for nid, node in prompt.items():
+        for req in info[node["class_type"]]["input"].get("required", {}):
+            assert req in node["inputs"], f"{name}: {node['class_type']} {nid} lacks {req}"
+
+
+def test_hunyuan_workflow_preset_is_shipped():
+    """The HunyuanVideo workflow names a preset file of the pack's mask_presets/."""
+    preset = wc.make_workflows.HUNYUAN_PRESET
+    wf = load("hunyuan_video_t2v_720p_psa.json")
+    assert [n["widgets_values"][0] for n in wf["nodes"] if n["type"] == "LoadStripeMaskPreset"] == [preset]
+    shipped = h.REPO_ROOT / "mask_presets" / preset
+    if not shipped.is_file():
+        pytest.xfail(f"mask_presets/{preset} is not in this checkout yet (the presets branch ships it)")
+    from kernels.presets import load as load_preset
+    p = load_preset(shipped)
+    # 1280x720, 129 frames -> latent 33 x 90 x 160 -> tokens 33 x 45 x 80 (patch 1x2x2)
+    assert tuple(p.grid) == (33, 45, 80)
+
+
+# --------------------------------------------------------------------------------------------
+# The real web UI in headless Chromium
+# --------------------------------------------------------------------------------------------
+
+def _chromium_or_skip():
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        pytest.skip(f"no Chromium at {CHROMIUM} (make ui-test-deps installs Debian's chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        pytest.skip("the playwright package is missing (make ui-test-deps installs it)")
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    _chromium_or_skip()
+    from playwright.sync_api import sync_playwright
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        pg = browser.new_page(viewport={"width": 1600, "height": 1000})
+        pg.console_log = []
+        pg.on("console", lambda msg: pg.console_log.append((msg.type, msg.text)))
+        pg.on("pageerror", lambda exc: pg.console_log.append(("pageerror", str(exc))))
+        t0 = time.perf_counter()
+        pg.goto(server.url + "/", wait_until="load", timeout=120_000)
+        pg.wait_for_function("() => window.app && window.app.graph && window.LiteGraph"
+                             " && Object.keys(window.LiteGraph.registered_node_types).length > 400",
+                             timeout=120_000)
+        pg.ui_start_s = time.perf_counter() - t0
+        yield pg
+        browser.close()
+
+
+OFFLINE_ERRORS = ("Failed to load resource: net::ERR_NAME_NOT_RESOLVED",
+                  "Failed to load resource: net::ERR_INTERNET_DISCONNECTED",
+                  "Error fetching file size: TypeError: Failed to fetch")  # the missing-models dialog
+
+LOAD_AND_INSPECT = """
+async (wf) => {
+  const app = window.app;
+  const before = window.__svaErrors = [];
+  await app.loadGraphData(structuredClone(wf), true, true, "svattn-test");
+  const registered = window.LiteGraph.registered_node_types;
+  const nodes = app.graph._nodes.map(n => ({
+    id: n.id, type: n.type, registered: n.type in registered, has_errors: !!n.has_errors,
+    widgets: (n.widgets || []).map(w => ({name: w.name, type: w.type, value: w.value,
+                                          options: w.options && w.options.values ? w.options.values : null,
+                                          min: w.options ? w.options.min : undefined,
+                                          max: w.options ? w.options.max : undefined})),
+  }));
+  const p = await app.graphToPrompt();
+  return {nodes, output: p.output};
+}
+"""
+
+
+@pytest.mark.chromium
+@pytest.mark.parametrize("name", sorted(WORKFLOWS))
+def test_workflow_loads_in_web_ui(server, page, name):
+    wf = load(name)
+    n_console = len(page.console_log)
+    result = page.evaluate(LOAD_AND_INSPECT, wf)
+    loaded = {n["id"]: n for n in result["nodes"]}
+    assert sorted(loaded) == sorted(n["id"] for n in wf["nodes"]), "the UI did not create every node"
+    for node in wf["nodes"]:
+        got = loaded[node["id"]]
+        assert got["registered"], f"{name}: the web UI has no node type {node['type']} (missing node)"
+        assert not got["has_errors"], f"{name}: node {node['id']} {node['type']} is marked with errors"
+        values = [w["value"] for w in got["widgets"]]
+        assert values[:len(node["widgets_values"])] == node["widgets_values"], \
+            f"{name}: {node['type']} widgets {[(w['name'], w['value']) for w in got['widgets']]} " \
+            f"do not hold the saved values {node['widgets_values']}"
+        names = [w["name"] for w in got["widgets"]]
+        if node["type"] not in wc.FRONTEND_ONLY:
+            layout = [n.split(":")[0] for n, k in wc.widget_layout(server.object_info, node["type"])]
+            # the frontend names the seed control widget "control_after_generate" and the
+            # image upload button "upload"; every named input widget is where /object_info puts it
+            expected = [n if k not in ("control", "upload") else None
+                        for n, k in wc.widget_layout(server.object_info, node["type"])]
+            assert [n for n, e in zip(names, expected) if e is not None] == [e for e in expected if e is not None], \
+                f"{name}: {node['type']} widget order {names} vs /object_info {layout}"
+        for w in got["widgets"]:
+            if w["type"] == "number":
+                lo = -math.inf if w["min"] is None else w["min"]
+                hi = math.inf if w["max"] is None else w["max"]
+                assert lo <= w["value"] <= hi, f"{name}: {node['type']}.{w['name']} = {w['value']} out of range"
+            if w["type"] == "combo" and w["options"] is not None and w["name"] not in (
+                    "unet_name", "clip_name", "clip_name1", "clip_name2", "vae_name", "ckpt_name", "image"):
+                assert w["value"] in w["options"], f"{name}: {node['type']}.{w['name']} = {w['value']!r} not offered"
+    # no network here: the UI's look-ups of the models' download URLs (huggingface.co) fail to
+    # resolve; any other console error (a 404 of the server, an exception) fails the test
+    errors = [m for m in page.console_log[n_console:] if m[0] in ("error", "pageerror")
+              and not m[1].startswith(OFFLINE_ERRORS)]
+    assert not errors, f"{name}: console errors while loading: {errors}"
+    # the frontend's own conversion equals ours (which the run test submits)
+    ours = wc.ui_to_api(wf, server.object_info)
+    theirs = {k: {"class_type": v["class_type"], "inputs": v["inputs"]} for k, v in result["output"].items()}
+    assert theirs == {k: {"class_type": v["class_type"], "inputs": v["inputs"]} for k, v in ours.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# Executing each workflow on the CPU
+# --------------------------------------------------------------------------------------------
+
+SUMMARY_RE = re.compile(r"\[sparse-video-attention\] (\S+) (\S+): (\d+) forwards, (\d+) attention calls, "
+                        r"(\d+) sparse \(mean density ([^)]*)\), dense: (.*)")
+
+
+def _post(url: str, payload: dict) -> dict:
+    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        raise AssertionError(f"/prompt refused the workflow: {e.read().decode()[:4000]}") from None
+
+
+def run_prompt(server, prompt: dict, timeout_s: float = 600) -> dict:
+    pid = _post(server.url + "/prompt", {"prompt": prompt, "client_id": "svattn-tests"})["prompt_id"]
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        hist = server.get_json(f"/history/{pid}")
+        if pid in hist and hist[pid].get("status", {}).get("completed") is not None:
+            entry = hist[pid]
+            if entry["status"]["status_str"] != "success":
+                msgs = [m for m in entry["status"].get("messages", []) if m[0] == "execution_error"]
+                raise AssertionError(f"execution failed: {json.dumps(msgs)[:4000]}")
+            return entry
+        time.sleep(0.5)
+    raise TimeoutError(f"prompt {pid} did not finish in {timeout_s} s")
+
+
+@pytest.mark.parametrize("name", sorted(WORKFLOWS))
+def test_workflow_runs_on_cpu(server, name):
+    family = WORKFLOWS[name]
+    prompt, changed = wc.tiny_run_prompt(wc.ui_to_api(load(name), server.object_info), family)
+    log_before = server.log_path.read_text(errors="replace")
+    t0 = time.perf_counter()
+    entry = run_prompt(server, prompt)
+    elapsed = time.perf_counter() - t0
+    log = server.log_path.read_text(errors="replace")[len(log_before):]
+    # the video was written
+    saves = [nid for nid, n in prompt.items() if n["class_type"] == "SaveVideo"]
+    assert saves and all(entry["outputs"].get(nid) for nid in saves), f"no SaveVideo output: {entry['outputs']}"
+    for nid in saves:
+        files = [f for v in entry["outputs"][nid].values() if isinstance(v, list) for f in v if isinstance(f, dict)]
+        assert files, entry["outputs"][nid]
+        for f in files:
+            path = server.base_dir / "output" / f.get("subfolder", "") / f["filename"]
+            assert path.is_file() and path.stat().st_size > 0, path
+    # the sparse path was taken: one run summary per patched model, each with sparse calls
+    summaries = [m.groups() for m in SUMMARY_RE.finditer(log)]
+    method = {"hunyuan_video": "psa"}.get(family, "sol_attn")
+    assert len(summaries) == PATCHES_EXPECTED[family], f"run summaries {summaries}; changes {changed}\n{log[-3000:]}"
+    for fam, meth, forwards, calls, sparse, density, dense in summaries:
+        assert meth == method and int(forwards) > 0
+        assert int(sparse) > 0, f"{name}: no sparse attention call ({calls} calls, dense: {dense})\n{log[-3000:]}"
+        # dense only where the settings say so (warm-up, first block, cross/text attention)
+        reasons = dict(part.split("=") for part in dense.split(", ")) if dense != "none" else {}
+        assert set(reasons) <= {"warmup", "dense_block", "not_video_self_attention", "final_dense"}, reasons
+    print(f"{name}: ran in {elapsed:.1f} s; summaries {summaries}")
+
+
+@pytest.mark.xfail(strict=True, reason="nodes/: ModelPatcher.clone() after the patch deep-copies the override into "
+                   "a new SparseAttention while the OUTER_SAMPLE/APPLY_MODEL wrappers stay bound to the old one, "
+                   "so every call is judged 'not_video_self_attention' and nothing runs sparse")
+def test_patch_survives_a_later_model_node(server):
+    """A user who puts ModelSamplingSD3 (or a LoRA) after the patch still gets sparse attention."""
+    prompt, _ = wc.tiny_run_prompt(wc.ui_to_api(load("wan2.1_t2v_14B_720p_sol_attn.json"), server.object_info),
+                                   "wan21_t2v")
+    patch = next(k for k, n in prompt.items() if n["class_type"] == "SparseAttentionPatch")
+    shift = next(k for k, n in prompt.items() if n["class_type"] == "ModelSamplingSD3")
+    sampler = next(k for k, n in prompt.items() if n["class_type"] == "KSampler")
+    # loader -> patch -> ModelSamplingSD3 -> sampler
+    prompt[patch]["inputs"]["model"], prompt[shift]["inputs"]["model"] = prompt[shift]["inputs"]["model"], [patch, 0]
+    prompt[sampler]["inputs"]["model"] = [shift, 0]
+    log_before = len(server.log_path.read_text(errors="replace"))
+    run_prompt(server, prompt)
+    summaries = [m.groups() for m in SUMMARY_RE.finditer(server.log_path.read_text(errors="replace")[log_before:])]
+    assert len(summaries) == 1 and int(summaries[0][4]) > 0, summaries

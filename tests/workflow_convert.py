@@ -1,0 +1,106 @@
+"""UI-format workflow -> API prompt, and the changes the CPU run test makes to it.
+
+``ui_to_api`` does what the frontend's graphToPrompt does for the graphs in workflows/ (no
+subgraphs, reroutes or bypassed nodes there): notes are dropped, widget values are matched to
+input names in /object_info's ``input_order`` (skipping the frontend-only control_after_generate
+and upload values), and links become ``[source id, output slot]``. The web UI test checks
+that it gives exactly what the real frontend gives.
+"""
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FRONTEND_ONLY = {"Note", "MarkdownNote", "PrimitiveNode", "Reroute"}
+
+_spec = importlib.util.spec_from_file_location("_svattn_make_workflows", REPO_ROOT / "tools" / "make_workflows.py")
+make_workflows = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(make_workflows)
+widget_layout = make_workflows.widget_layout
+socket_inputs = make_workflows.socket_inputs
+
+
+def ui_to_api(workflow: dict, object_info: dict) -> dict:
+    links = {link[0]: link for link in workflow["links"]}
+    prompt = {}
+    for node in workflow["nodes"]:
+        if node["type"] in FRONTEND_ONLY or node.get("mode", 0) != 0:
+            continue
+        inputs = {}
+        layout = widget_layout(object_info, node["type"])
+        values = node.get("widgets_values", [])
+        if len(values) != len(layout):
+            raise ValueError(f"node {node['id']} {node['type']}: {len(values)} widget values, "
+                             f"/object_info gives {len(layout)} widgets {[n for n, _ in layout]}")
+        for (name, kind), value in zip(layout, values):
+            if kind not in ("control", "upload"):
+                inputs[name] = value
+        for inp in node.get("inputs", []):
+            if inp.get("link") is not None:
+                _, src, slot, _, _, _ = links[inp["link"]]
+                inputs[inp["name"]] = [str(src), slot]
+        prompt[str(node["id"])] = {"inputs": inputs, "class_type": node["type"],
+                                   "_meta": {"title": node.get("title") or object_info[node["type"]]["display_name"]}}
+    return prompt
+
+
+# --------------------------------------------------------------------------------------------
+# The CPU run: same graph, tiny sizes, text encoders swapped for the test stub node
+# --------------------------------------------------------------------------------------------
+
+TEXT_ENCODER_LOADERS = {"CLIPLoader", "DualCLIPLoader"}
+STUB_TEXT_ENCODE = "SVATestTextEncode"
+
+# Small latent sizes that keep every model's token grid a few dozen tokens.
+TINY_SIZES = {
+    "EmptyHunyuanLatentVideo": {"width": 96, "height": 64, "length": 9},     # Wan: 3 x 4 x 6 tokens
+    "WanImageToVideo": {"width": 96, "height": 64, "length": 9},
+    "EmptyLTXVLatentVideo": {"width": 192, "height": 128, "length": 17},     # LTXV: 3 x 4 x 6 tokens
+}
+HUNYUAN_TINY_SIZE = {"width": 128, "height": 64, "length": 9}                 # 3 x 4 x 8 tokens
+HUNYUAN_TINY_GRID = (3, 4, 8)
+
+
+def tiny_run_prompt(prompt: dict, family: str, steps: int = 3) -> tuple[dict, list[str]]:
+    """The prompt the CPU run test submits, and a list of what was changed (for messages).
+
+    Changes: text encoders -> stub (see workflow_stub_nodes); latent sizes -> TINY_SIZES;
+    sampling steps -> ``steps`` (KSamplerAdvanced keeps its stage split at the same fraction);
+    Sparse Attention Patch: backend 'reference' (the float reference of the same kernels,
+    which runs on the CPU) and min_tokens 0 (the tiny videos are a few dozen tokens).
+    Every other node and widget, model file names included, is as shipped."""
+    p = copy.deepcopy(prompt)
+    changed = []
+    for nid, node in list(p.items()):
+        ct, inputs = node["class_type"], node["inputs"]
+        if ct == "CLIPTextEncode":
+            loader = p[inputs["clip"][0]]
+            encoder = loader["inputs"]["type"]
+            node["class_type"] = STUB_TEXT_ENCODE
+            node["inputs"] = {"text": inputs["text"], "encoder": encoder, "tokens": 16}
+            changed.append(f"{nid} CLIPTextEncode -> {STUB_TEXT_ENCODE}({encoder})")
+        elif ct in TINY_SIZES:
+            sizes = HUNYUAN_TINY_SIZE if family == "hunyuan_video" else TINY_SIZES[ct]
+            inputs.update(sizes)
+            changed.append(f"{nid} {ct} size -> {sizes}")
+        elif ct == "KSampler":
+            inputs["steps"] = steps
+        elif ct == "KSamplerAdvanced":
+            total = inputs["steps"]
+            scale = lambda s: s if s >= total else round(s * (steps + 1) / total)  # noqa: E731
+            inputs["start_at_step"], inputs["end_at_step"] = scale(inputs["start_at_step"]), scale(inputs["end_at_step"])
+            inputs["steps"] = steps + 1
+            changed.append(f"{nid} KSamplerAdvanced steps {total} -> {steps + 1}, "
+                           f"start/end {inputs['start_at_step']}/{inputs['end_at_step']}")
+        elif ct == "LTXVScheduler":
+            inputs["steps"] = steps
+        elif ct == "SparseAttentionPatch":
+            inputs["backend"] = "reference"
+            inputs["min_tokens"] = 0
+            changed.append(f"{nid} SparseAttentionPatch backend reference, min_tokens 0")
+    for nid in [n for n, node in p.items() if node["class_type"] in TEXT_ENCODER_LOADERS]:
+        del p[nid]
+        changed.append(f"{nid} text encoder loader removed")
+    return p, changed

@@ -1,0 +1,186 @@
+"""Tiny stand-ins for the model files the example workflows load, in the real key layouts.
+
+``write_models(models_dir, family)`` writes, under the *official* file names the workflows
+reference, files that ComfyUI 0.3.75's own loaders detect as the real thing:
+
+* diffusion models (UNETLoader, ``models/diffusion_models/``): the harness builders' state
+  dicts (ComfyUI's own model classes) saved as safetensors;
+* the Wan 2.1 VAE (VAELoader): ``comfy.ldm.wan.vae.WanVAE`` with a small base ``dim`` (the
+  loader reads ``dim`` from ``decoder.head.0.gamma``, so any size is detected);
+* the LTX-Video checkpoint (CheckpointLoaderSimple): transformer + VAE in one file with the
+  ``config`` metadata entry real LTXV files carry (the loader reads the VAE blocks from it);
+* the HunyuanVideo VAE (VAELoader): the loader builds a fixed-size 3D AutoencoderKL
+  (ch 128, ch_mult 1,2,4,4); no smaller file is accepted, so it is written at full size
+  (about 246 M parameters, written in bfloat16, cached between runs).
+
+Not possible with tiny files (the loaders build fixed-size models from JSON configs inside
+ComfyUI and ignore the file's shapes): the UMT5-XXL (Wan), T5-XXL (LTXV) and llava-llama-3-8B
++ CLIP-L (HunyuanVideo) text encoders. The run test replaces CLIPLoader/DualCLIPLoader +
+CLIPTextEncode by the test-only node in ``tests/workflow_stub_nodes`` (conditioning of the
+real shapes); see ``TEXT_ENCODER_STAND_IN``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import comfyui_harness as h
+
+# Official file names (Comfy-Org repackaged releases / Lightricks), as the workflows use them.
+FILES = {
+    "wan21_t2v": {
+        "diffusion_models": ["wan2.1_t2v_14B_fp8_e4m3fn.safetensors"],
+        "vae": ["wan_2.1_vae.safetensors"],
+    },
+    "wan22_i2v": {
+        "diffusion_models": ["wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors",
+                             "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors"],
+        "vae": ["wan_2.1_vae.safetensors"],
+    },
+    "hunyuan_video": {
+        "diffusion_models": ["hunyuan_video_t2v_720p_bf16.safetensors"],
+        "vae": ["hunyuan_video_vae_bf16.safetensors"],
+    },
+    "ltxv": {
+        "checkpoints": ["ltx-video-2b-v0.9.5.safetensors"],
+    },
+}
+
+# The text-encoder files the workflows name; they are not written (see module docstring).
+TEXT_ENCODER_FILES = {
+    "wan": ["umt5_xxl_fp8_e4m3fn_scaled.safetensors"],
+    "hunyuan_video": ["clip_l.safetensors", "llava_llama3_fp8_scaled.safetensors"],
+    "ltxv": ["t5xxl_fp16.safetensors"],
+}
+
+
+def _save(sd: dict, path: Path, metadata: dict | None = None):
+    from safetensors.torch import save_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(tmp), metadata=metadata)
+    tmp.replace(path)
+
+
+def _module_state_dict(module, seed: int, dtype=None) -> dict:
+    h._init_weights(module, seed)
+    return {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach()).clone()
+            for k, v in module.state_dict().items()}
+
+
+def wan22_i2v_state_dict(seed: int) -> dict:
+    """Wan 2.2 I2V A14B layout: i2v input width (in_dim 36) but no CLIP image embedding, so
+    ComfyUI detects it as WAN21_T2V like the real A14B files."""
+    import comfy.ldm.wan.model
+    config = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=36, dim=128, ffn_dim=256,
+                  freq_dim=256, text_dim=4096, out_dim=16, num_heads=1, num_layers=2, window_size=(-1, -1),
+                  qk_norm=True, cross_attn_norm=True, eps=1e-6)
+    return h._state_dict(comfy.ldm.wan.model.WanModel, seed, **config)
+
+
+def wan_vae_state_dict(seed: int = 0, dim: int = 16) -> dict:
+    import comfy.ldm.wan.vae
+    vae = comfy.ldm.wan.vae.WanVAE(dim=dim, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+                                   temperal_downsample=[False, True, True], dropout=0.0)
+    return _module_state_dict(vae, seed)
+
+
+# LTXV VAE with the smallest block list that still compresses 8x in time and 32x in space
+# (patch 4 x three compress_all) plus the res_x block whose key VAELoader detects LTXV by;
+# ComfyUI takes the blocks from the checkpoint's metadata.
+LTXV_TINY_VAE_CONFIG = {
+    "_class_name": "CausalVideoAutoencoder", "dims": 3, "in_channels": 3, "out_channels": 3,
+    "latent_channels": 128,
+    "blocks": [["compress_all", 1], ["compress_all", 1], ["compress_all", 1], ["res_x", 1]],
+    "scaling_factor": 1.0, "norm_layer": "pixel_norm", "patch_size": 4, "latent_log_var": "uniform",
+    "use_quant_conv": False, "causal_decoder": False,
+}
+LTXV_TINY_TRANSFORMER = {"num_attention_heads": 2, "attention_head_dim": 64, "num_layers": 2}
+
+
+def ltxv_checkpoint(seed: int) -> tuple[dict, dict]:
+    import torch
+    import comfy.ldm.lightricks.model
+    import comfy.ldm.lightricks.vae.causal_video_autoencoder as cva
+    t = LTXV_TINY_TRANSFORMER
+    inner = t["num_attention_heads"] * t["attention_head_dim"]
+    dm = h._state_dict(comfy.ldm.lightricks.model.LTXVModel, seed, in_channels=128, cross_attention_dim=inner,
+                       attention_head_dim=t["attention_head_dim"], num_attention_heads=t["num_attention_heads"],
+                       caption_channels=4096, num_layers=t["num_layers"])
+    vae = cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG))
+    vsd = _module_state_dict(vae, seed + 1)
+    # latent statistics: identity normalisation
+    for k in list(vsd):
+        if k.startswith("per_channel_statistics."):
+            vsd[k] = torch.zeros_like(vsd[k]) if "mean" in k else torch.ones_like(vsd[k])
+    sd = {f"model.diffusion_model.{k}": v for k, v in dm.items()}
+    sd.update({f"vae.{k}": v for k, v in vsd.items()})
+    metadata = {"config": json.dumps({"transformer": dict(t), "vae": dict(LTXV_TINY_VAE_CONFIG)})}
+    return sd, metadata
+
+
+def hunyuan_vae_state_dict(seed: int = 0) -> dict:
+    """The HunyuanVideo VAE at the size VAELoader builds for it (fixed config), bfloat16."""
+    import torch
+    from comfy.ldm.models.autoencoder import AutoencoderKL
+    ddconfig = {'double_z': True, 'z_channels': 16, 'resolution': 256, 'in_channels': 3, 'out_ch': 3, 'ch': 128,
+                'ch_mult': [1, 2, 4, 4], 'num_res_blocks': 2, 'attn_resolutions': [], 'dropout': 0.0,
+                'conv3d': True, 'time_compress': 4}
+    vae = AutoencoderKL(ddconfig=ddconfig, embed_dim=16)
+    return _module_state_dict(vae, seed, dtype=torch.bfloat16)
+
+
+def write_models(models_dir: Path, family: str, cache_dir: Path | None = None) -> list[Path]:
+    """Write the tiny files of ``family`` (a key of FILES) under ``models_dir``; return them."""
+    models_dir = Path(models_dir)
+    written = []
+    if family == "wan21_t2v":
+        import comfy.ldm.wan.model
+        config = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=128, ffn_dim=256,
+                      freq_dim=256, text_dim=4096, out_dim=16, num_heads=1, num_layers=2, window_size=(-1, -1),
+                      qk_norm=True, cross_attn_norm=True, eps=1e-6)
+        sd = h._state_dict(comfy.ldm.wan.model.WanModel, 0, **config)
+        written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
+        _save(sd, written[-1])
+        written.append(models_dir / "vae" / FILES[family]["vae"][0])
+        _save(wan_vae_state_dict(), written[-1])
+    elif family == "wan22_i2v":
+        for i, name in enumerate(FILES[family]["diffusion_models"]):
+            written.append(models_dir / "diffusion_models" / name)
+            _save(wan22_i2v_state_dict(10 + i), written[-1])
+        written.append(models_dir / "vae" / FILES[family]["vae"][0])
+        _save(wan_vae_state_dict(), written[-1])
+    elif family == "hunyuan_video":
+        import comfy.ldm.hunyuan_video.model
+        config = dict(image_model="hunyuan_video", in_channels=16, out_channels=16, vec_in_dim=768,
+                      context_in_dim=4096, hidden_size=128, mlp_ratio=4.0, num_heads=1, depth=1,
+                      depth_single_blocks=1, axes_dim=[16, 56, 56], theta=256, patch_size=[1, 2, 2], qkv_bias=True,
+                      guidance_embed=True, byt5=False, meanflow=False, use_cond_type_embedding=False,
+                      vision_in_dim=None)
+        sd = h._state_dict(comfy.ldm.hunyuan_video.model.HunyuanVideo, 0, **config)
+        written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
+        _save(sd, written[-1])
+        vae_path = models_dir / "vae" / FILES[family]["vae"][0]
+        cached = Path(cache_dir) / "hunyuan_video_vae_full_size_random.safetensors" if cache_dir else None
+        if cached is not None and cached.is_file():
+            vae_path.parent.mkdir(parents=True, exist_ok=True)
+            if not vae_path.exists():
+                vae_path.symlink_to(cached)
+        else:
+            _save(hunyuan_vae_state_dict(), cached or vae_path)
+            if cached is not None and not vae_path.exists():
+                vae_path.parent.mkdir(parents=True, exist_ok=True)
+                vae_path.symlink_to(cached)
+        written.append(vae_path)
+    elif family == "ltxv":
+        sd, metadata = ltxv_checkpoint(0)
+        written.append(models_dir / "checkpoints" / FILES[family]["checkpoints"][0])
+        _save(sd, written[-1], metadata=metadata)
+    else:
+        raise KeyError(family)
+    return written
+
+
+def param_count(sd: dict) -> int:
+    return sum(math.prod(v.shape) for v in sd.values())

@@ -1,0 +1,424 @@
+"""Write the example workflows in workflows/ (UI format, as the ComfyUI frontend saves them).
+
+    python tools/make_workflows.py                       # starts ComfyUI (CPU) for /object_info
+    python tools/make_workflows.py --object-info FILE    # or reads a saved /object_info
+
+Each node's ``widgets_values`` is laid out from the running ComfyUI's /object_info: one value
+per widget input in ``input_order`` (required, then optional), plus the extra value the
+frontend stores after an INT with ``control_after_generate`` ("fixed") and after a combo with
+``image_upload`` ("image"). Inputs of other types become sockets. tests/test_workflows.py
+checks the files against /object_info and loads them in the real web UI.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "workflows"
+
+WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
+HF = "https://huggingface.co"
+URLS = {
+    "wan2.1_t2v_14B_fp8_e4m3fn.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/diffusion_models/wan2.1_t2v_14B_fp8_e4m3fn.safetensors",
+    "umt5_xxl_fp8_e4m3fn_scaled.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/text_encoders/umt5_xxl_fp8_e4m3fn_scaled.safetensors",
+    "wan_2.1_vae.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.1_ComfyUI_repackaged/resolve/main/split_files/vae/wan_2.1_vae.safetensors",
+    "wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files/diffusion_models/wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors",
+    "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files/diffusion_models/wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors",
+    "hunyuan_video_t2v_720p_bf16.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_repackaged/resolve/main/split_files/diffusion_models/hunyuan_video_t2v_720p_bf16.safetensors",
+    "clip_l.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_repackaged/resolve/main/split_files/text_encoders/clip_l.safetensors",
+    "llava_llama3_fp8_scaled.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_repackaged/resolve/main/split_files/text_encoders/llava_llama3_fp8_scaled.safetensors",
+    "hunyuan_video_vae_bf16.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_repackaged/resolve/main/split_files/vae/hunyuan_video_vae_bf16.safetensors",
+    "ltx-video-2b-v0.9.5.safetensors":
+        f"{HF}/Lightricks/LTX-Video/resolve/main/ltx-video-2b-v0.9.5.safetensors",
+    "t5xxl_fp16.safetensors":
+        f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors",
+}
+MODEL_DIRS = {"UNETLoader": "diffusion_models", "CLIPLoader": "text_encoders", "DualCLIPLoader": "text_encoders",
+              "VAELoader": "vae", "CheckpointLoaderSimple": "checkpoints"}
+
+
+def input_type(spec) -> str:
+    t = spec[0]
+    return "COMBO" if isinstance(t, list) else t
+
+
+def widget_layout(info: dict, node_type: str) -> list[tuple[str, str]]:
+    """[(name, kind)] in the order the frontend stores widgets_values; kind is the input type,
+    or "control" / "upload" for the extra values the frontend adds."""
+    spec = info[node_type]
+    inputs = {**spec["input"].get("required", {}), **spec["input"].get("optional", {})}
+    order = spec.get("input_order", {})
+    names = list(order.get("required", [])) + list(order.get("optional", [])) if order else list(inputs)
+    out = []
+    for name in names:
+        s = inputs[name]
+        t = input_type(s)
+        opts = s[1] if len(s) > 1 and isinstance(s[1], dict) else {}
+        if t not in WIDGET_TYPES or opts.get("forceInput"):
+            continue
+        out.append((name, t))
+        if opts.get("control_after_generate"):
+            out.append((name + ":control", "control"))
+        if opts.get("image_upload"):
+            out.append((name + ":upload", "upload"))
+    return out
+
+
+def socket_inputs(info: dict, node_type: str) -> list[tuple[str, str]]:
+    spec = info[node_type]
+    inputs = {**spec["input"].get("required", {}), **spec["input"].get("optional", {})}
+    order = spec.get("input_order", {})
+    names = list(order.get("required", [])) + list(order.get("optional", [])) if order else list(inputs)
+    out = []
+    for name in names:
+        s = inputs[name]
+        t = input_type(s)
+        opts = s[1] if len(s) > 1 and isinstance(s[1], dict) else {}
+        if t not in WIDGET_TYPES or opts.get("forceInput"):
+            out.append((name, t))
+    return out
+
+
+class Graph:
+    def __init__(self, info: dict):
+        self.info = info
+        self.nodes: list[dict] = []
+        self.links: list[list] = []
+        self.groups: list[dict] = []
+
+    def node(self, node_type: str, pos, widgets: dict | None = None, size=(320, 130), title=None,
+             color=None) -> dict:
+        widgets = dict(widgets or {})
+        nid = len(self.nodes) + 1
+        if node_type in ("Note", "MarkdownNote"):
+            n = {"id": nid, "type": node_type, "pos": list(pos), "size": list(size), "flags": {}, "order": 0,
+                 "mode": 0, "inputs": [], "outputs": [], "properties": {}, "widgets_values": [widgets.pop("text")],
+                 "color": "#432", "bgcolor": "#653"}
+            if title:
+                n["title"] = title
+            self.nodes.append(n)
+            return n
+        values = []
+        for name, kind in widget_layout(self.info, node_type):
+            if kind == "control":
+                values.append(widgets.pop(name, "fixed"))
+            elif kind == "upload":
+                values.append("image")
+            else:
+                if name not in widgets:
+                    raise KeyError(f"{node_type}: no value given for widget {name!r}")
+                values.append(widgets.pop(name))
+        if widgets:
+            raise KeyError(f"{node_type}: unknown widgets {sorted(widgets)}")
+        outputs = self.info[node_type]["output"]
+        out_names = self.info[node_type].get("output_name", outputs)
+        n = {"id": nid, "type": node_type, "pos": list(pos), "size": list(size), "flags": {}, "order": 0, "mode": 0,
+             "inputs": [{"name": name, "type": t, "link": None} for name, t in socket_inputs(self.info, node_type)],
+             "outputs": [{"name": out_names[i], "type": t, "slot_index": i, "links": []} for i, t in enumerate(outputs)],
+             "properties": {"Node name for S&R": node_type}, "widgets_values": values}
+        if node_type in MODEL_DIRS:
+            files = [v for v in values if isinstance(v, str) and v in URLS]
+            n["properties"]["models"] = [{"name": f, "url": URLS[f] + "?download=true",
+                                          "directory": MODEL_DIRS[node_type]} for f in files]
+        if title:
+            n["title"] = title
+        if color:
+            n["color"], n["bgcolor"] = color
+        self.nodes.append(n)
+        return n
+
+    def link(self, src: dict, out_slot: int, dst: dict, in_name: str):
+        lid = len(self.links) + 1
+        slot = next(i for i, inp in enumerate(dst["inputs"]) if inp["name"] == in_name)
+        t = src["outputs"][out_slot]["type"]
+        self.links.append([lid, src["id"], out_slot, dst["id"], slot, t])
+        src["outputs"][out_slot]["links"].append(lid)
+        dst["inputs"][slot]["link"] = lid
+
+    def group(self, title: str, bounding, color="#3f789e"):
+        self.groups.append({"id": len(self.groups) + 1, "title": title, "bounding": list(bounding), "color": color,
+                            "font_size": 24, "flags": {}})
+
+    def _order(self):
+        deps = {n["id"]: set() for n in self.nodes}
+        for _, src, _, dst, _, _ in self.links:
+            deps[dst].add(src)
+        done, order = set(), []
+        while len(order) < len(self.nodes):
+            for n in self.nodes:
+                if n["id"] not in done and deps[n["id"]] <= done:
+                    done.add(n["id"])
+                    order.append(n["id"])
+        for i, nid in enumerate(order):
+            next(n for n in self.nodes if n["id"] == nid)["order"] = i
+        # unused optional sockets are kept with link null, as the frontend saves them
+
+    def to_json(self) -> dict:
+        self._order()
+        return {"last_node_id": len(self.nodes), "last_link_id": len(self.links), "nodes": self.nodes,
+                "links": self.links, "groups": self.groups, "config": {},
+                "extra": {"ds": {"scale": 0.6, "offset": [40, 60]}}, "version": 0.4}
+
+
+PATCH_COLOR = ("#233", "#355")
+
+NEGATIVE_WAN = ("blurry, low quality, static frame, overexposed, jpeg artifacts, deformed hands, "
+                "extra fingers, watermark, subtitles")
+
+SOL_DEFAULTS = dict(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exact", warmup=0.2,
+                    final_dense=0.0, dense_blocks="0", min_tokens=4096, reorder="off", backend="auto")
+
+
+def note_text(model: str, method: str, lines: list[str]) -> str:
+    body = "\n".join(f"- {line}" for line in lines)
+    return (f"Sparse attention for {model} ({method})\n\n"
+            f"Recommended settings:\n{body}\n"
+            "- keep the patch last in the model chain, right before the sampler\n\n"
+            "Speed: the kernels' measured speed-ups over cuDNN attention (H200) are in BENCHMARKS.md of the "
+            "sparse-video-attention pack; nothing has been measured on a full video of this model yet, so compare "
+            "with the patch node bypassed (Ctrl+B) on your own GPU.\n\n"
+            "backend 'auto' runs the Triton kernels on CUDA and plain attention elsewhere. The console logs one "
+            "line per sampling run: attention calls sparse/dense and the achieved density.")
+
+
+def wan21_t2v(info) -> dict:
+    g = Graph(info)
+    unet = g.node("UNETLoader", (0, 0), {"unet_name": "wan2.1_t2v_14B_fp8_e4m3fn.safetensors", "weight_dtype": "default"}, (380, 90))
+    clip = g.node("CLIPLoader", (0, 140), {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}, (380, 110))
+    vae = g.node("VAELoader", (0, 300), {"vae_name": "wan_2.1_vae.safetensors"}, (380, 60))
+    patch = g.node("SparseAttentionPatch", (440, 0), dict(SOL_DEFAULTS), (340, 320), color=PATCH_COLOR)
+    shift = g.node("ModelSamplingSD3", (440, 360), {"shift": 8.0}, (340, 60))
+    pos = g.node("CLIPTextEncode", (820, 0), {"text": "A red fox trotting through fresh snow between pine trees at dawn, "
+                                              "low tracking shot, soft golden light, breath visible in the cold air"},
+                 (420, 160), title="Positive prompt")
+    neg = g.node("CLIPTextEncode", (820, 200), {"text": NEGATIVE_WAN}, (420, 130), title="Negative prompt")
+    latent = g.node("EmptyHunyuanLatentVideo", (820, 370), {"width": 1280, "height": 720, "length": 81, "batch_size": 1}, (320, 130))
+    ks = g.node("KSampler", (1280, 0), {"seed": 20251129, "seed:control": "fixed", "steps": 30, "cfg": 5.0,
+                                        "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0}, (320, 270))
+    dec = g.node("VAEDecode", (1280, 310), {}, (220, 50))
+    vid = g.node("CreateVideo", (1280, 400), {"fps": 16.0}, (220, 80))
+    save = g.node("SaveVideo", (1640, 0), {"filename_prefix": "video/wan21_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    g.node("Note", (0, 400), {"text": note_text("Wan 2.1 T2V 14B, 1280x720, 81 frames", "Sol-Attn", [
+        "method sol_attn, beta 1.5 (about 7 % of key blocks computed exactly; 1.0 is about 16 %)",
+        "warmup 0.2: the first 20 % of the steps stay dense; dense_blocks 0: the first block stays dense",
+        "min_tokens 4096: short sequences stay dense (720p x 81 frames is 75,600 tokens)",
+        "reorder off; try 1,4,16 to make each 64-token block a compact 3D patch",
+        "sampler as Wan recommends for 14B T2V: 30 steps, cfg 5, shift 8"])}, (380, 330), title="Read me")
+    g.link(unet, 0, shift, "model")
+    g.link(shift, 0, patch, "model")
+    g.link(patch, 0, ks, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, ks, "positive")
+    g.link(neg, 0, ks, "negative")
+    g.link(latent, 0, ks, "latent_image")
+    g.link(ks, 0, dec, "samples")
+    g.link(vae, 0, dec, "vae")
+    g.link(dec, 0, vid, "images")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 420, 440))
+    g.group("Sparse attention", (420, -60, 380, 500), color="#3f8f6e")
+    return g.to_json()
+
+
+def wan22_i2v(info) -> dict:
+    g = Graph(info)
+    hi = g.node("UNETLoader", (0, 0), {"unet_name": "wan2.2_i2v_high_noise_14B_fp8_scaled.safetensors", "weight_dtype": "default"}, (400, 90), title="High-noise model")
+    lo = g.node("UNETLoader", (0, 130), {"unet_name": "wan2.2_i2v_low_noise_14B_fp8_scaled.safetensors", "weight_dtype": "default"}, (400, 90), title="Low-noise model")
+    clip = g.node("CLIPLoader", (0, 260), {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}, (400, 110))
+    vae = g.node("VAELoader", (0, 410), {"vae_name": "wan_2.1_vae.safetensors"}, (400, 60))
+    img = g.node("LoadImage", (0, 510), {"image": "sparse_attention_i2v_start.png"}, (400, 360), title="Start frame")
+    p_hi = g.node("SparseAttentionPatch", (460, 0), dict(SOL_DEFAULTS), (340, 320), title="Sparse Attention Patch (high noise)", color=PATCH_COLOR)
+    p_lo = g.node("SparseAttentionPatch", (460, 360), dict(SOL_DEFAULTS), (340, 320), title="Sparse Attention Patch (low noise)", color=PATCH_COLOR)
+    s_hi = g.node("ModelSamplingSD3", (460, 720), {"shift": 8.0}, (340, 60))
+    s_lo = g.node("ModelSamplingSD3", (460, 820), {"shift": 8.0}, (340, 60))
+    pos = g.node("CLIPTextEncode", (840, 0), {"text": "The lighthouse keeper turns toward the sea as waves break on the rocks below, "
+                                              "the camera slowly pushes in, wind moves his coat"}, (420, 160), title="Positive prompt")
+    neg = g.node("CLIPTextEncode", (840, 200), {"text": NEGATIVE_WAN}, (420, 130), title="Negative prompt")
+    i2v = g.node("WanImageToVideo", (840, 370), {"width": 1280, "height": 720, "length": 81, "batch_size": 1}, (340, 210))
+    common = {"steps": 20, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple"}
+    k1 = g.node("KSamplerAdvanced", (1300, 0), {"add_noise": "enable", "noise_seed": 20251129, "noise_seed:control": "fixed",
+                                                **common, "start_at_step": 0, "end_at_step": 10,
+                                                "return_with_leftover_noise": "enable"}, (320, 340), title="Stage 1: high noise (steps 0-10)")
+    k2 = g.node("KSamplerAdvanced", (1660, 0), {"add_noise": "disable", "noise_seed": 0, "noise_seed:control": "fixed",
+                                                **common, "start_at_step": 10, "end_at_step": 10000,
+                                                "return_with_leftover_noise": "disable"}, (320, 340), title="Stage 2: low noise (steps 10-20)")
+    dec = g.node("VAEDecode", (1660, 380), {}, (220, 50))
+    vid = g.node("CreateVideo", (1660, 470), {"fps": 16.0}, (220, 80))
+    save = g.node("SaveVideo", (2020, 0), {"filename_prefix": "video/wan22_i2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    g.node("Note", (840, 620), {"text": note_text("Wan 2.2 I2V A14B, 1280x720, 81 frames, two stages", "Sol-Attn on both models", [
+        "one Sparse Attention Patch per model; both use the same settings",
+        "warmup 0.2 counts steps of the whole 20-step schedule, across both KSamplerAdvanced nodes: steps 0-3 "
+        "of the high-noise stage stay dense, every later step is sparse",
+        "method sol_attn, beta 1.5 (about 7 % of key blocks exact), dense_blocks 0, min_tokens 4096",
+        "put your start image in ComfyUI/input and pick it in 'Start frame'",
+        "sampler: 20 steps, cfg 3.5, shift 8, switch models at step 10"])}, (420, 380), title="Read me")
+    g.link(hi, 0, s_hi, "model")
+    g.link(lo, 0, s_lo, "model")
+    g.link(s_hi, 0, p_hi, "model")
+    g.link(s_lo, 0, p_lo, "model")
+    g.link(p_hi, 0, k1, "model")
+    g.link(p_lo, 0, k2, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, i2v, "positive")
+    g.link(neg, 0, i2v, "negative")
+    g.link(vae, 0, i2v, "vae")
+    g.link(img, 0, i2v, "start_image")
+    g.link(i2v, 0, k1, "positive")
+    g.link(i2v, 1, k1, "negative")
+    g.link(i2v, 2, k1, "latent_image")
+    g.link(i2v, 0, k2, "positive")
+    g.link(i2v, 1, k2, "negative")
+    g.link(k1, 0, k2, "latent_image")
+    g.link(k2, 0, dec, "samples")
+    g.link(vae, 0, dec, "vae")
+    g.link(dec, 0, vid, "images")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 440, 950))
+    g.group("Sparse attention", (440, -60, 380, 960), color="#3f8f6e")
+    g.group("Two-stage sampling", (1280, -60, 720, 420), color="#a1309b")
+    return g.to_json()
+
+
+HUNYUAN_PRESET = "hunyuan_video_720p_129f.json"
+
+
+def hunyuan_t2v(info) -> dict:
+    g = Graph(info)
+    unet = g.node("UNETLoader", (0, 0), {"unet_name": "hunyuan_video_t2v_720p_bf16.safetensors", "weight_dtype": "default"}, (400, 90))
+    clip = g.node("DualCLIPLoader", (0, 130), {"clip_name1": "clip_l.safetensors", "clip_name2": "llava_llama3_fp8_scaled.safetensors",
+                                                "type": "hunyuan_video", "device": "default"}, (400, 130))
+    vae = g.node("VAELoader", (0, 300), {"vae_name": "hunyuan_video_vae_bf16.safetensors"}, (400, 60))
+    preset = g.node("LoadStripeMaskPreset", (460, 0), {"preset_name": HUNYUAN_PRESET}, (340, 60), color=PATCH_COLOR)
+    patch = g.node("SparseAttentionPatch", (460, 100), {**SOL_DEFAULTS, "method": "psa"}, (340, 340), color=PATCH_COLOR)
+    shift = g.node("ModelSamplingSD3", (460, 480), {"shift": 7.0}, (340, 60))
+    pos = g.node("CLIPTextEncode", (840, 0), {"text": "A paper boat drifts down a rain-filled street gutter, close-up, reflections "
+                                              "of neon signs ripple on the water, shallow depth of field"}, (420, 160), title="Prompt")
+    neg = g.node("CLIPTextEncode", (840, 200), {"text": ""}, (420, 100), title="Negative (unused at cfg 1)")
+    guid = g.node("FluxGuidance", (840, 340), {"guidance": 6.0}, (320, 60))
+    latent = g.node("EmptyHunyuanLatentVideo", (840, 440), {"width": 1280, "height": 720, "length": 129, "batch_size": 1}, (320, 130))
+    ks = g.node("KSampler", (1300, 0), {"seed": 20251129, "seed:control": "fixed", "steps": 30, "cfg": 1.0,
+                                        "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0}, (320, 270))
+    dec = g.node("VAEDecodeTiled", (1300, 310), {"tile_size": 256, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}, (320, 150))
+    vid = g.node("CreateVideo", (1300, 500), {"fps": 24.0}, (220, 80))
+    save = g.node("SaveVideo", (1660, 0), {"filename_prefix": "video/hunyuan_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    g.node("Note", (0, 400), {"text": note_text("HunyuanVideo T2V, 1280x720, 129 frames", "PSA with a stripe-mask preset", [
+        f"method psa with the preset {HUNYUAN_PRESET} from 'Load Stripe Mask Preset': it was made for this "
+        "resolution and length (token grid 33 x 45 x 80); another size needs another preset",
+        "warmup 0.2 and dense_blocks 0 as for Sol-Attn; text tokens always attend densely",
+        "the other widgets (beta, estimator, reorder) are Sol-Attn settings and are ignored by psa",
+        "sampler: 30 steps, cfg 1 with FluxGuidance 6 (HunyuanVideo is guidance-distilled), shift 7",
+        "decode tiled: the 129-frame 720p decode does not fit most GPUs untiled"])}, (400, 360), title="Read me")
+    g.link(unet, 0, shift, "model")
+    g.link(shift, 0, patch, "model")
+    g.link(preset, 0, patch, "preset")
+    g.link(patch, 0, ks, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, guid, "conditioning")
+    g.link(guid, 0, ks, "positive")
+    g.link(neg, 0, ks, "negative")
+    g.link(latent, 0, ks, "latent_image")
+    g.link(ks, 0, dec, "samples")
+    g.link(vae, 0, dec, "vae")
+    g.link(dec, 0, vid, "images")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 440, 440))
+    g.group("Sparse attention (PSA)", (440, -60, 380, 620), color="#3f8f6e")
+    return g.to_json()
+
+
+def ltxv_t2v(info) -> dict:
+    g = Graph(info)
+    ckpt = g.node("CheckpointLoaderSimple", (0, 0), {"ckpt_name": "ltx-video-2b-v0.9.5.safetensors"}, (400, 100))
+    clip = g.node("CLIPLoader", (0, 150), {"clip_name": "t5xxl_fp16.safetensors", "type": "ltxv", "device": "default"}, (400, 110))
+    patch = g.node("SparseAttentionPatch", (460, 0), dict(SOL_DEFAULTS), (340, 320), color=PATCH_COLOR)
+    pos = g.node("CLIPTextEncode", (840, 0), {"text": "A slow aerial shot over a coastal village at sunset: white houses with blue "
+                                              "doors, narrow stairs winding down to a small harbour, fishing boats rocking "
+                                              "on calm water, warm light on the walls, long shadows"}, (420, 180), title="Positive prompt")
+    neg = g.node("CLIPTextEncode", (840, 220), {"text": "low quality, worst quality, deformed, distorted, motion smear, "
+                                                "flicker, watermark"}, (420, 120), title="Negative prompt")
+    cond = g.node("LTXVConditioning", (840, 380), {"frame_rate": 25.0}, (320, 80))
+    latent = g.node("EmptyLTXVLatentVideo", (840, 500), {"width": 768, "height": 512, "length": 97, "batch_size": 1}, (320, 130))
+    sched = g.node("LTXVScheduler", (1300, 0), {"steps": 30, "max_shift": 2.05, "base_shift": 0.95, "stretch": True,
+                                                "terminal": 0.1}, (320, 160))
+    sampler = g.node("KSamplerSelect", (1300, 200), {"sampler_name": "euler"}, (320, 60))
+    sc = g.node("SamplerCustom", (1660, 0), {"add_noise": True, "noise_seed": 20251129, "noise_seed:control": "fixed",
+                                             "cfg": 3.0}, (340, 230))
+    dec = g.node("VAEDecode", (1660, 280), {}, (220, 50))
+    vid = g.node("CreateVideo", (1660, 370), {"fps": 25.0}, (220, 80))
+    save = g.node("SaveVideo", (2040, 0), {"filename_prefix": "video/ltxv_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    g.node("Note", (0, 310), {"text": note_text("LTX-Video 2B v0.9.5, 768x512, 97 frames", "Sol-Attn", [
+        "method sol_attn, beta 1.5, warmup 0.2, dense_blocks 0",
+        "LTX-Video compresses 32x in space and 8x in time: 768x512x97 is only 4,992 tokens, just above "
+        "min_tokens 4096; longer or larger videos benefit more",
+        "keep the frame rate of LTXVConditioning and CreateVideo equal",
+        "sampler: LTXVScheduler 30 steps, cfg 3, euler"])}, (400, 330), title="Read me")
+    g.link(ckpt, 0, patch, "model")
+    g.link(patch, 0, sc, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, cond, "positive")
+    g.link(neg, 0, cond, "negative")
+    g.link(cond, 0, sc, "positive")
+    g.link(cond, 1, sc, "negative")
+    g.link(sampler, 0, sc, "sampler")
+    g.link(sched, 0, sc, "sigmas")
+    g.link(latent, 0, sched, "latent")
+    g.link(latent, 0, sc, "latent_image")
+    g.link(sc, 0, dec, "samples")
+    g.link(ckpt, 2, dec, "vae")
+    g.link(dec, 0, vid, "images")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 440, 360))
+    g.group("Sparse attention", (440, -60, 380, 400), color="#3f8f6e")
+    return g.to_json()
+
+
+WORKFLOWS = {
+    "wan2.1_t2v_14B_720p_sol_attn.json": wan21_t2v,
+    "wan2.2_i2v_A14B_two_stage_sol_attn.json": wan22_i2v,
+    "hunyuan_video_t2v_720p_psa.json": hunyuan_t2v,
+    "ltxv_t2v_sol_attn.json": ltxv_t2v,
+}
+
+
+def fetch_object_info() -> dict:
+    import tempfile
+    sys.path.insert(0, str(ROOT / "tests"))
+    import comfyui_harness as h
+    with tempfile.TemporaryDirectory() as tmp:
+        server = h.start_server(Path(tmp))
+        try:
+            return server.get_json("/object_info", timeout=120)
+        finally:
+            server.stop()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--object-info", type=Path, help="a saved /object_info JSON (default: start ComfyUI)")
+    args = ap.parse_args(argv)
+    info = json.loads(args.object_info.read_text()) if args.object_info else fetch_object_info()
+    OUT.mkdir(exist_ok=True)
+    for name, build in WORKFLOWS.items():
+        path = OUT / name
+        path.write_text(json.dumps(build(info), indent=2, ensure_ascii=False) + "\n")
+        print("wrote", path.relative_to(ROOT))
+
+
+if __name__ == "__main__":
+    main()
