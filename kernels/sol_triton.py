@@ -115,7 +115,7 @@ def _sol_kernel(
                     else:
                         vp = tl.load(V_POOL + pool_off + cols[:, None] * HEAD_DIM + offs_d[None, :],
                                      mask=col_ok[:, None], other=0.0)
-                    acc = acc * alpha[:, None] + tl.dot(p.to(DOT_DTYPE), vp.to(DOT_DTYPE))
+                    acc = tl.dot(p.to(DOT_DTYPE), vp.to(DOT_DTYPE), acc * alpha[:, None])
                     m_i = m_new
             if TAIL_RAGGED:
                 tl.store(tail_slot, last_block)

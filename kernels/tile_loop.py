@@ -35,7 +35,8 @@ def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
     alpha = tl.math.exp2(m_i - m_new)
     p = tl.math.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None] + tl.dot(p.to(P_DTYPE), v.to(P_DTYPE))
+    # The rescaled accumulator goes into the MMA as its C operand: no separate add.
+    acc = tl.dot(p.to(P_DTYPE), v.to(P_DTYPE), acc * alpha[:, None])
     return acc, l_i, m_new
 
 
