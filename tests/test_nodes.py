@@ -57,7 +57,7 @@ def wan_base(wan):
 
 # --------------------------------------------------------------------------------- nodes
 
-NODE_IDS = {"SparseAttentionPatch", "LoadStripeMaskPreset"}
+NODE_IDS = {"SparseAttentionPatch", "LoadStripeMaskPreset", "PSAMaskSearch", "PSAMaskSelect"}
 
 
 def test_nodes_registered_with_tooltips(comfy, pack):
