@@ -57,7 +57,8 @@ def wan_base(wan):
 
 # --------------------------------------------------------------------------------- nodes
 
-NODE_IDS = {"SparseAttentionPatch", "LoadStripeMaskPreset", "PSAMaskSearch", "PSAMaskSelect"}
+NODE_IDS = {"SparseAttentionPatch", "LoadStripeMaskPreset", "PSAMaskSearch", "PSAMaskSelect",
+            "SparseAttentionInspector"}
 
 
 def test_nodes_registered_with_tooltips(comfy, pack):
