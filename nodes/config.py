@@ -12,7 +12,7 @@ from typing import Optional
 METHODS = ("sol_attn", "psa", "dense")
 ESTIMATORS = ("exact", "diag")
 BACKENDS = ("auto", "triton", "reference")
-
+PRESET_GRID_POLICIES = ("refuse", "rescale")  # kernels.presets.Preset.params_for_grid
 
 
 def parse_block_list(text: str) -> tuple[tuple[int, int], ...]:
@@ -92,6 +92,7 @@ class PatchConfig:
     reorder: Optional[tuple] = None
     backend: str = "auto"
     keep_diagonal: bool = False
+    preset_grid: str = "refuse"
     dense_blocks_text: str = field(default="0", compare=False)
 
     @property
@@ -136,7 +137,8 @@ def _num(name, value, lo=None, hi=None, integer=False, allow_neg_inf=False):
 
 def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exact",
                 warmup=0.2, final_dense=0.0, dense_blocks="0", min_tokens=4096,
-                reorder="off", backend="auto", keep_diagonal=False) -> PatchConfig:
+                reorder="off", backend="auto", keep_diagonal=False,
+                preset_grid="refuse") -> PatchConfig:
     """Validate widget values; raise ValueError/TypeError naming the widget."""
     if method not in METHODS:
         raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
@@ -144,6 +146,9 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
         raise ValueError(f"estimator: expected one of {', '.join(ESTIMATORS)}, got {estimator!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+    if preset_grid not in PRESET_GRID_POLICIES:
+        raise ValueError(f"preset_grid: expected one of {', '.join(PRESET_GRID_POLICIES)}, "
+                         f"got {preset_grid!r}")
     beta = _num("beta", beta, allow_neg_inf=True)
     target_sparsity = _num("target_sparsity", target_sparsity, 0.0, 0.999)
     warmup = _num("warmup", warmup, 0.0, 1.0)
@@ -155,4 +160,5 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
         method=method, beta=beta, target_sparsity=target_sparsity, estimator=estimator,
         warmup=warmup, final_dense=final_dense, dense_blocks=parse_block_list(dense_blocks),
         min_tokens=min_tokens, reorder=parse_tile(reorder), backend=backend,
-        keep_diagonal=bool(keep_diagonal), dense_blocks_text=str(dense_blocks))
+        keep_diagonal=bool(keep_diagonal), preset_grid=preset_grid,
+        dense_blocks_text=str(dense_blocks))

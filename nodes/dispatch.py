@@ -18,20 +18,28 @@ Rules, in order (the first that applies gives the reason a call stays dense):
 ``method_dense`` → ``not_video_self_attention`` (cross, audio, text refiner, anything outside
 a hooked module) → ``mask`` → ``warmup`` / ``final_dense`` → ``dense_block`` →
 ``min_tokens`` → ``grid`` (tokens do not form the latent grid) → ``backend`` (auto on a
-machine without CUDA) / ``device`` / ``dtype`` / ``head_dim`` → PSA ``preset_*`` → sparse.
+machine without CUDA) / ``device`` / ``dtype`` / ``head_dim`` → PSA ``preset_grid`` (the
+preset refuses this token grid, ``kernels.presets.Preset.params_for_grid``) → sparse.
 A kernel exception falls back to dense (``kernel_error``). Every reason is logged once per
 patched model; unexpected ones as warnings.
+
+Achieved density (run summary): Sol-Attn reports the share of exactly computed key blocks
+per head (the kernel's statistics); PSA the share of kept video-token pairs of the preset's
+mask per head on the video's grid (``psa_mask(grid, params, tile).density(tokens=True)``;
+HunyuanVideo's text tokens, dense both ways, are not counted).
 """
 from __future__ import annotations
 
 import logging
 import os
+import warnings
 from collections import defaultdict
 from typing import Optional
 
 import torch
 
 from . import ops
+from ._kernels import kernels_module
 from .adapters.base import register_hooks
 from .config import PatchConfig, resolve_blocks
 from .schedule import Schedule, locate
@@ -59,8 +67,7 @@ _REASON_TEXT = {
     "device": "the Triton kernels need a CUDA tensor",
     "dtype": "the Triton kernels take float16/bfloat16 only",
     "head_dim": "the Triton kernels take head dim 64 or 128 only",
-    "preset_grid": "the preset was searched for another token grid",
-    "preset_layer": "the preset has no entry for this block",
+    "preset_grid": "the preset was made for another token grid",
     "kernel_error": "the sparse kernel raised an exception",
 }
 
@@ -92,8 +99,13 @@ class RunStats:
         self.per_step = defaultdict(lambda: {"sparse": 0, "dense": 0})
         # (step, block) -> [sum of per-call mean densities (tensor), calls]
         self.density = {}
+        # block -> [sum of per-call per-head densities (H,) tensor, calls]
+        self.head_density = {}
         self.schedule = None
         self.compiled_calls_unseen = False
+        self.grid = None
+        self.notes = {}          # reason -> first detail message of this run
+        self.meta = {}           # method, family, sizes, preset (set by the dispatcher)
 
     def as_dict(self) -> dict:
         steps = {}
@@ -108,7 +120,12 @@ class RunStats:
         for step, ds in dens_step.items():
             steps.setdefault(step, {"sparse": 0, "dense": 0})["mean_density"] = sum(ds) / len(ds)
         total = self.sparse + sum(self.dense.values())
+        head = {}
+        for block, (s, n) in sorted(self.head_density.items()):
+            head[block] = [float(x) / n for x in s.tolist()]
         return {
+            **self.meta,
+            "grid": self.grid,
             "forwards": self.forwards,
             "calls": total,
             "sparse_calls": self.sparse,
@@ -116,12 +133,26 @@ class RunStats:
             "steps": steps,
             "density_by_step_block": layer_step,
             "mean_density": (sum(layer_step.values()) / len(layer_step)) if layer_step else None,
+            "head_density_by_block": head,
+            "notes": dict(self.notes),
             "schedule": self.schedule,
             "compiled_calls_unseen": self.compiled_calls_unseen,
         }
 
 
-def _blhd(t: torch.Tensor, heads: int, skip_reshape: bool) -> torch.Tensor:
+def call_args(args, kwargs):
+    """``(q, k, v, heads, mask, skip_reshape)`` of an override call (positional or keyword,
+    per family; see docs/COMFYUI_NOTES.md)."""
+    q = args[0] if len(args) > 0 else kwargs.get("q")
+    k = args[1] if len(args) > 1 else kwargs.get("k")
+    v = args[2] if len(args) > 2 else kwargs.get("v")
+    heads = args[3] if len(args) > 3 else kwargs.get("heads")
+    mask = args[4] if len(args) > 4 else kwargs.get("mask")
+    return q, k, v, heads, mask, bool(kwargs.get("skip_reshape", False))
+
+
+def blhd(t: torch.Tensor, heads: int, skip_reshape: bool) -> torch.Tensor:
+    """q/k/v of a call as (B, L, H, D) (a view)."""
     if skip_reshape:  # (B, H, L, D)
         return t.transpose(1, 2)
     b, n, hd = t.shape
@@ -148,19 +179,39 @@ class SparseAttention:
         self.schedule: Optional[Schedule] = None
         self._logged = set()
         self._hooks = []
+        self._grid_presets = {}   # token grid -> (preset for it or None, why not)
+        self._psa_cache = {}      # (grid, block, bucket) -> (params, per-head density)
+        self.stats.meta = self._meta()
+
+    def _meta(self) -> dict:
+        m = {"method": self.config.method, "family": self.info.family,
+             "num_blocks": self.info.num_blocks, "num_heads": self.info.num_heads}
+        if self.beta is not None:
+            m["beta"] = self.beta
+        if self.preset is not None:
+            p = self.preset
+            m["preset"] = {"name": p.name, "family": p.family, "grid": list(p.grid),
+                           "tile": list(p.tile), "on_grid_mismatch": self.config.preset_grid}
+        return m
 
     def __deepcopy__(self, memo):
         """ComfyUI deep-copies ``model_options`` on every ``ModelPatcher.clone()``. A clone
         gets its own run state (no shared counters or hooks); settings, adapter and preset
         are immutable and shared; an earlier override is copied as ComfyUI would copy it."""
         import copy
-        new = SparseAttention(self.config, self.adapter, self.info, preset=self.preset,
-                              prev_override=copy.deepcopy(self.prev_override, memo))
+        new = self.fresh_copy(copy.deepcopy(self.prev_override, memo))
         memo[id(self)] = new
         return new
 
+    def fresh_copy(self, prev_override):
+        """Same settings, new run state (what a clone gets)."""
+        return SparseAttention(self.config, self.adapter, self.info, preset=self.preset,
+                               prev_override=prev_override)
+
     # ------------------------------------------------------------------ logging / stats
     def _note(self, reason: str, detail: str = ""):
+        self.stats.notes.setdefault(reason, _REASON_TEXT.get(reason, reason)
+                                    + (f": {detail}" if detail else ""))
         if reason in self._logged:
             return
         self._logged.add(reason)
@@ -178,14 +229,16 @@ class SparseAttention:
         if reason is None:
             self.stats.sparse += 1
             self.stats.per_step[step]["sparse"] += 1
-            if density is not None:
-                key = (step, self.fwd.block)
-                d = density.detach().float().mean()
-                if key in self.stats.density:
-                    s, n = self.stats.density[key]
-                    self.stats.density[key] = [s + d, n + 1]
-                else:
-                    self.stats.density[key] = [d, 1]
+            if density is not None:  # (B, H) or (H,): achieved density per head
+                block = self.fwd.block
+                per_head = density.detach().float().reshape(-1, density.shape[-1]).mean(0)
+                for table, key, d in ((self.stats.density, (step, block), per_head.mean()),
+                                      (self.stats.head_density, block, per_head)):
+                    if key in table:
+                        s, n = table[key]
+                        table[key] = [s + d, n + 1]
+                    else:
+                        table[key] = [d, 1]
         else:
             self.stats.dense[reason] += 1
             self.stats.per_step[step]["dense"] += 1
@@ -231,6 +284,7 @@ class SparseAttention:
             ms = None
         self.schedule = locate(sigmas, ms) if sigmas is not None else None
         self.stats = RunStats()
+        self.stats.meta = self._meta()
         self.last_run = None
         if self.schedule is not None:
             sc = self.schedule
@@ -267,6 +321,8 @@ class SparseAttention:
             self._note("grid", f"cannot read the latent shape ({e})")
         f.step, f.total, f.step_reason = self._step_of(transformer_options)
         self.stats.forwards += 1
+        if f.grid is not None:
+            self.stats.grid = list(f.grid)
         try:
             return executor(x, t, c_concat, c_crossattn, control, transformer_options, **kwargs)
         finally:
@@ -323,53 +379,92 @@ class SparseAttention:
             return None, "head_dim"
         return "triton", None
 
+    def self_attention_reason(self, q, k, mask, skip_reshape):
+        """None for a video self-attention call inside a forward, else the dense reason."""
+        f = self.fwd
+        if not f.active or f.role is None or f.grid is None:
+            return "not_video_self_attention"
+        lq = q.shape[2] if skip_reshape else q.shape[1]
+        lk = k.shape[2] if skip_reshape else k.shape[1]
+        if lq != lk:
+            return "not_video_self_attention"
+        if mask is not None:
+            return "mask"
+        return None
+
+    def video_grid(self, seq_len):
+        """``(n_video, grid)``: the video tokens of a call and their (T, H, W), or None."""
+        f = self.fwd
+        n_video = self.adapter.video_tokens(seq_len, f.grid, f.info)
+        if n_video is None:
+            return None
+        hw = f.grid[1] * f.grid[2]
+        return n_video, (n_video // hw, f.grid[1], f.grid[2])
+
     def decide(self, q, k, heads, mask, skip_reshape):
         """Return ``(None, plan)`` to run sparse or ``(reason, detail)`` to stay dense."""
         cfg = self.config
         f = self.fwd
         if cfg.method == "dense":
             return "method_dense", ""
-        if not f.active or f.role is None or f.grid is None:
-            return "not_video_self_attention", ""
-        lq = q.shape[2] if skip_reshape else q.shape[1]
-        lk = k.shape[2] if skip_reshape else k.shape[1]
-        if lq != lk:
-            return "not_video_self_attention", ""
-        if mask is not None:
-            return "mask", ""
+        reason = self.self_attention_reason(q, k, mask, skip_reshape)
+        if reason is not None:
+            return reason, ""
         if f.step_reason is not None:
             return f.step_reason, ""
         if f.block in self.dense_blocks:
             return "dense_block", ""
+        lq = q.shape[2] if skip_reshape else q.shape[1]
         if lq < cfg.min_tokens:
             return "min_tokens", f"{lq} < {cfg.min_tokens}"
-        n_video = self.adapter.video_tokens(lq, f.grid, f.info)
-        if n_video is None:
+        vg = self.video_grid(lq)
+        if vg is None:
             return "grid", f"{lq} tokens, latent grid {f.grid}"
+        n_video, grid = vg
         head_dim = q.shape[-1] if skip_reshape else q.shape[-1] // heads
         backend, why = self._resolve_backend(q, head_dim)
         if backend is None:
             return why, f"{q.device.type} {q.dtype} head_dim={head_dim}"
-        hw = f.grid[1] * f.grid[2]
-        grid = (n_video // hw, f.grid[1], f.grid[2])
         plan = {"backend": backend, "grid": grid, "n_video": n_video, "seq_len": lq}
         if cfg.method == "psa":
-            p = self.preset
-            if tuple(p.grid) != tuple(grid):
-                return "preset_grid", f"preset grid {tuple(p.grid)}, this video {grid}"
-            params = p.params_for_layer(f.block)
-            if params is None:
-                return "preset_layer", f"block {f.block}"
-            plan["params"] = params
+            preset, why = self._preset_for_grid(grid)
+            if preset is None:
+                return "preset_grid", why
+            plan["params"], plan["density"] = self._psa_params(preset, grid, f.block,
+                                                               self.progress())
         return None, plan
 
+    def progress(self) -> float:
+        """Denoising progress of the forward in progress: step / total steps (0 if unknown)."""
+        f = self.fwd
+        return f.step / f.total if f.step is not None and f.total else 0.0
+
+    def _preset_for_grid(self, grid):
+        """The preset on this token grid, by ``Preset.params_for_grid`` (cached per grid)."""
+        if grid not in self._grid_presets:
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    p = self.preset.params_for_grid(grid, on_mismatch=self.config.preset_grid)
+                for w in caught:
+                    log.warning("[sparse-video-attention] %s", w.message)
+                self._grid_presets[grid] = (p, "")
+            except ValueError as e:
+                self._grid_presets[grid] = (None, str(e))
+        return self._grid_presets[grid]
+
+    def _psa_params(self, preset, grid, block, progress):
+        """(params (H, 6), per-head density (H,)) of a block at a denoising progress."""
+        key = (grid, block, preset.bucket_of(progress))
+        if key not in self._psa_cache:
+            psa_mask = kernels_module("psa_mask")
+            params = preset.params_for(block, progress)
+            dens = psa_mask.psa_mask(grid, params, preset.tile).density(tokens=True)
+            self._psa_cache[key] = (params, dens.float())
+        return self._psa_cache[key]
+
     def __call__(self, func, *args, **kwargs):
-        q = args[0] if len(args) > 0 else kwargs.get("q")
-        k = args[1] if len(args) > 1 else kwargs.get("k")
-        v = args[2] if len(args) > 2 else kwargs.get("v")
-        heads = args[3] if len(args) > 3 else kwargs.get("heads")
-        mask = args[4] if len(args) > 4 else kwargs.get("mask")
-        skip_reshape = bool(kwargs.get("skip_reshape", False))
+        q, k, v, heads, mask, skip_reshape = call_args(args, kwargs)
         skip_output_reshape = bool(kwargs.get("skip_output_reshape", False))
         if q is None or k is None or v is None or heads is None:
             return self._dense(func, args, kwargs)
@@ -392,7 +487,7 @@ class SparseAttention:
         return out.reshape(b, l, h * d)
 
     def _run_sparse(self, q, k, v, heads, skip_reshape, plan):
-        q4, k4, v4 = (_blhd(t, heads, skip_reshape) for t in (q, k, v))
+        q4, k4, v4 = (blhd(t, heads, skip_reshape) for t in (q, k, v))
         cfg = self.config
         n_video, seq_len, grid = plan["n_video"], plan["seq_len"], plan["grid"]
         if cfg.method == "sol_attn":
@@ -405,4 +500,4 @@ class SparseAttention:
         params = plan["params"].to(device=q.device)
         out = ops.psa_attention(q4, k4, v4, grid=grid, params=params, tile=self.preset.tile,
                                 extra_tokens=seq_len - n_video, backend=plan["backend"])
-        return out, None
+        return out, plan["density"]

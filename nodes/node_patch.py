@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from .config import BACKENDS, ESTIMATORS, METHODS, make_config
+from .config import BACKENDS, ESTIMATORS, METHODS, PRESET_GRID_POLICIES, make_config
 from .patching import patch_model
 
 PRESET_TYPE = "SPARSE_MASK_PRESET"
@@ -67,7 +67,17 @@ class SparseAttentionPatch(io.ComfyNode):
                                        "reference (slow; for CPU tests and debugging)."),
                 Preset.Input("preset", optional=True,
                              tooltip="Stripe-mask preset for method psa, from 'Load Stripe Mask "
-                                     "Preset'."),
+                                     "Preset' or 'PSA Mask Select'. Checked against the "
+                                     "model (family, layers, heads, head dim, hidden size) "
+                                     "when the patch is applied."),
+                io.Combo.Input("preset_grid", options=list(PRESET_GRID_POLICIES),
+                               default="refuse", optional=True,
+                               tooltip="PSA only: what happens when the video's token grid "
+                                       "differs from the preset's. Same block grid (grid ÷ tile, "
+                                       "rounded up): the masks apply unchanged. Otherwise refuse: "
+                                       "those calls stay dense with a warning naming both grids; "
+                                       "rescale: stripe widths, offsets and strides are scaled "
+                                       "to the new block grid (approximate, warned once)."),
             ],
             outputs=[io.Model.Output(tooltip="The patched model.")],
         )
@@ -75,9 +85,10 @@ class SparseAttentionPatch(io.ComfyNode):
     @classmethod
     def execute(cls, model, method="sol_attn", beta=1.5, target_sparsity=0.0,
                 estimator="exact", warmup=0.2, final_dense=0.0, dense_blocks="0",
-                min_tokens=4096, reorder="off", backend="auto", preset=None) -> io.NodeOutput:
+                min_tokens=4096, reorder="off", backend="auto", preset=None,
+                preset_grid="refuse") -> io.NodeOutput:
         config = make_config(method=method, beta=beta, target_sparsity=target_sparsity,
                              estimator=estimator, warmup=warmup, final_dense=final_dense,
                              dense_blocks=dense_blocks, min_tokens=min_tokens, reorder=reorder,
-                             backend=backend)
+                             backend=backend, preset_grid=preset_grid)
         return io.NodeOutput(patch_model(model, config, preset=preset))

@@ -4,7 +4,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from .node_patch import Preset
-from .presets import MODELS_SUBFOLDER, list_presets, load_preset, preset_path
+from .presets import MODELS_SUBFOLDER, list_presets, load_named_preset
 
 
 class LoadStripeMaskPreset(io.ComfyNode):
@@ -20,11 +20,12 @@ class LoadStripeMaskPreset(io.ComfyNode):
                 io.Combo.Input("preset_name", options=list_presets(),
                                tooltip="Presets shipped in the pack's mask_presets/ folder and "
                                        f"files dropped into models/{MODELS_SUBFOLDER}/. It is "
-                                       "checked against the model when the patch is applied."),
+                                       "checked against the model (family, layers, heads, head "
+                                       "dim, hidden size) when the patch is applied."),
             ],
             outputs=[Preset.Output(tooltip="The preset, for 'Sparse Attention Patch'.")],
         )
 
     @classmethod
     def execute(cls, preset_name) -> io.NodeOutput:
-        return io.NodeOutput(load_preset(preset_path(preset_name)))
+        return io.NodeOutput(load_named_preset(preset_name))

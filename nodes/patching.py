@@ -12,7 +12,7 @@ import logging
 from .adapters import adapter_for
 from .config import PatchConfig
 from .dispatch import TRANSFORMER_OPTIONS_KEY, WRAPPER_KEY, SparseAttention
-from .presets import check_preset
+from .presets import check_preset_for_model
 
 log = logging.getLogger("sparse_video_attention")
 
@@ -25,11 +25,11 @@ def patch_model(model, config: PatchConfig, preset=None):
     """Return a patched clone of ``model`` (a ComfyUI ModelPatcher).
 
     Raises ValueError for settings that cannot apply to this model (dense_blocks out of
-    range, PSA without a preset or with one that does not match). An unsupported model
-    family is not an error: the model is returned unpatched with a warning.
+    range, PSA without a preset or with one whose family or fingerprint does not match the
+    model). The token grid is only known when sampling: a grid the preset refuses makes
+    those calls dense with a warning (``config.preset_grid``). An unsupported model family
+    is not an error: the model is returned unpatched with a warning.
     """
-    import comfy.patcher_extension as pe
-
     dm = _diffusion_model(model)
     adapter = adapter_for(dm)
     if adapter is None:
@@ -42,14 +42,22 @@ def patch_model(model, config: PatchConfig, preset=None):
         if preset is None:
             raise ValueError("preset: method 'psa' needs a stripe-mask preset; connect a "
                              "'Load Stripe Mask Preset' node")
-        check_preset(preset, info)
+        check_preset_for_model(preset, info)
+
+    return install(model, SparseAttention(config, adapter, info, preset=preset))
+
+
+def install(model, state):
+    """Clone ``model`` and install ``state`` (a dispatcher) as its attention override and
+    wrappers, chaining to the override that was there before (not to an earlier one of ours)."""
+    import comfy.patcher_extension as pe
 
     m = model.clone()
     to = m.model_options.setdefault("transformer_options", {})
     prev = to.get("optimized_attention_override")
     while getattr(prev, "is_sparse_video_attention", False):  # re-patching replaces our earlier patch
         prev = prev.prev_override
-    state = SparseAttention(config, adapter, info, preset=preset, prev_override=prev)
+    state.prev_override = prev
     m.remove_wrappers_with_key(pe.WrappersMP.OUTER_SAMPLE, WRAPPER_KEY)
     m.remove_wrappers_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY)
     to["optimized_attention_override"] = state

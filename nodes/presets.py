@@ -1,114 +1,127 @@
-"""Stripe-mask presets (PSA) as the nodes see them.
+"""Stripe-mask presets (PSA) as the nodes use them.
 
-The file format and its loader belong to ``kernels/presets.py`` (the PSA helper). The nodes
-need only this small interface from a loaded preset object:
+The format, its validation and its policies belong to ``kernels/presets.py``; this module
+only connects them to ComfyUI:
 
-- ``grid``: (T, H, W) token grid the masks were searched for;
-- ``tile``: (bt, bh, bw) PSABlock size;
-- ``params_for_layer(layer) -> (H, 6) int tensor or None``: per-head (Tw,To,Ts,Sw,So,Ss);
-- ``num_layers``, ``num_heads``: what it covers;
-- ``fingerprint``: dict describing the model it was searched on (may hold ``family``,
-  ``num_blocks``, ``num_heads``, ``head_dim``).
+- where presets live: the pack's ``mask_presets/`` and ``models/sparse_attention_presets/``
+  (registered with ``folder_paths``); names are resolved by
+  ``kernels.presets.resolve_preset_path`` (bare file names, confined to those folders);
+- :func:`check_preset_for_model`: at patch time, ``Preset.check_model`` against the patched
+  model's fingerprint ``{layers, heads, head_dim, hidden_size}`` and family (the error names
+  each mismatch);
+- at sampling time the dispatcher asks ``Preset.params_for_grid(grid, on_mismatch)`` (refuse
+  or rescale, as ``kernels/presets.py`` defines) and ``Preset.params_for(layer, progress)``.
 
-:func:`load_preset` calls ``kernels.presets.load(path)``; :func:`check_preset` validates a
-preset against the patched model and raises ValueError naming what does not match.
+Family names: a preset's ``model.family`` must be one of the names listed for the model's
+adapter in :data:`FAMILY_NAMES` (``wan`` also accepts ``wan2.1``/``wan2.2``: Wan 2.1 and the
+2.2 A14B models share one architecture; the fingerprint tells the sizes apart).
 """
 from __future__ import annotations
 
 import os
 
-PRESET_EXTENSIONS = (".json", ".safetensors", ".pt")
+from ._kernels import kernels_module
+
+PRESET_EXTENSIONS = (".json",)
 MODELS_SUBFOLDER = "sparse_attention_presets"
 PACK_PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                "mask_presets")
 
+# adapter family -> preset family names accepted for it (the first is what the nodes write)
+FAMILY_NAMES = {
+    "wan": ("wan", "wan2.1", "wan2.2"),
+    "hunyuan_video": ("hunyuan_video",),
+    "ltxv": ("ltxv",),
+    "ltx2": ("ltx2",),
+}
+GRID_POLICIES = ("refuse", "rescale")
 
-def _presets_module():
+
+def presets_module():
+    return kernels_module("presets")
+
+
+def model_fingerprint(info) -> dict:
+    """The preset fingerprint of a model (:class:`~.adapters.base.ModelInfo`)."""
+    return {"layers": info.num_blocks, "heads": info.num_heads, "head_dim": info.head_dim,
+            "hidden_size": info.num_heads * info.head_dim}
+
+
+def preset_family(info) -> str:
+    """The family name the nodes write into presets made for this model."""
+    return FAMILY_NAMES.get(info.family, (info.family,))[0]
+
+
+def check_preset_for_model(preset, info) -> None:
+    """Raise ValueError (from ``Preset.check_model``) naming each mismatch with the model."""
+    # by attribute, not isinstance: the kernels package may be imported under two names
+    if not all(hasattr(preset, a) for a in ("check_model", "params_for_grid", "params_for",
+                                            "bucket_of", "grid", "tile", "family", "name")):
+        raise ValueError(f"preset: expected a stripe-mask preset from 'Load Stripe Mask Preset' "
+                         f"or 'PSA Mask Select', got {type(preset).__name__}")
+    accepted = FAMILY_NAMES.get(info.family, (info.family,))
+    family = preset.family if preset.family in accepted else info.family
+    preset.check_model(model_fingerprint(info), family)
+
+
+def preset_folders() -> list[str]:
+    """Folders searched for preset names, in order: models subfolder(s), then the pack's."""
+    folders = []
     try:
-        from ._kernels import kernels as k
-        import importlib
-        return importlib.import_module(k.__name__ + ".presets")
-    except ImportError as e:
-        raise RuntimeError(
-            "Load Stripe Mask Preset: this build has no kernels.presets module, so stripe-mask "
-            f"presets cannot be read ({e})") from e
-
-
-def load_preset(path: str):
-    if not os.path.isfile(path):
-        raise ValueError(f"preset: file not found: {path}")
-    mod = _presets_module()
-    try:
-        return mod.load(path)
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"preset {os.path.basename(path)}: {e}") from e
-
-
-def check_preset(preset, info) -> None:
-    """Raise ValueError naming each mismatch between ``preset`` and the model ``info``."""
-    problems = []
-    fp = dict(getattr(preset, "fingerprint", None) or {})
-    fam = fp.get("family")
-    if fam is not None and fam != info.family:
-        problems.append(f"model family: preset {fam!r}, model {info.family!r}")
-    n_layers = getattr(preset, "num_layers", fp.get("num_blocks"))
-    if n_layers is not None and int(n_layers) != info.num_blocks:
-        problems.append(f"blocks: preset {n_layers}, model {info.num_blocks}")
-    n_heads = getattr(preset, "num_heads", fp.get("num_heads"))
-    if n_heads is not None and int(n_heads) != info.num_heads:
-        problems.append(f"heads: preset {n_heads}, model {info.num_heads}")
-    hd = fp.get("head_dim")
-    if hd is not None and int(hd) != info.head_dim:
-        problems.append(f"head dim: preset {hd}, model {info.head_dim}")
-    for attr in ("grid", "tile", "params_for_layer"):
-        if not hasattr(preset, attr):
-            problems.append(f"the preset object has no {attr!r}")
-    if problems:
-        raise ValueError("preset does not match this model: " + "; ".join(problems))
+        import folder_paths
+        folders += [p for p in folder_paths.get_folder_paths(MODELS_SUBFOLDER) if os.path.isdir(p)]
+    except Exception:  # outside ComfyUI, or the folder is not registered
+        pass
+    if os.path.isdir(PACK_PRESET_DIR):
+        folders.append(PACK_PRESET_DIR)
+    return folders
 
 
 def list_presets() -> list[str]:
-    """Names for the loader's list: the pack's mask_presets/ and the models subfolder."""
+    """Names for the loader's list: bare ``*.json`` files of :func:`preset_folders`."""
     names = set()
-    if os.path.isdir(PACK_PRESET_DIR):
-        for f in os.listdir(PACK_PRESET_DIR):
-            if f.lower().endswith(PRESET_EXTENSIONS):
+    for folder in preset_folders():
+        for f in os.listdir(folder):
+            if f.lower().endswith(PRESET_EXTENSIONS) and os.path.isfile(os.path.join(folder, f)):
                 names.add(f)
-    try:
-        import folder_paths
-        names.update(folder_paths.get_filename_list(MODELS_SUBFOLDER))
-    except Exception:
-        pass
     return sorted(names)
 
 
-def preset_path(name: str) -> str:
-    try:
-        import folder_paths
-        p = folder_paths.get_full_path(MODELS_SUBFOLDER, name)
-        if p:
-            return p
-    except Exception:
-        pass
-    p = os.path.join(PACK_PRESET_DIR, name)
-    if os.path.normpath(p).startswith(os.path.normpath(PACK_PRESET_DIR) + os.sep) and os.path.isfile(p):
-        return p
-    raise ValueError(f"preset: {name!r} is neither in the pack's mask_presets/ nor in "
-                     f"models/{MODELS_SUBFOLDER}/")
+def load_named_preset(name: str):
+    """Load a preset by its bare file name from :func:`preset_folders` (validated)."""
+    mod = presets_module()
+    folders = preset_folders()
+    if not folders:
+        raise ValueError(f"preset {name!r}: no preset folder exists (models/{MODELS_SUBFOLDER}/ "
+                         "or the pack's mask_presets/)")
+    return mod.load_preset(name, folders=folders)
 
 
-def register_folder() -> None:
-    """Register models/sparse_attention_presets with ComfyUI's folder_paths (idempotent)."""
+def presets_dir() -> str:
+    """The writable models/sparse_attention_presets folder (created)."""
+    import folder_paths
+    path = folder_paths.get_folder_paths(MODELS_SUBFOLDER)[0]
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def register_models_subfolder(name: str, exts) -> None:
+    """Register ``models/<name>`` with ComfyUI's folder_paths (idempotent)."""
     try:
         import folder_paths
     except ImportError:
         return
-    path = os.path.join(folder_paths.models_dir, MODELS_SUBFOLDER)
-    exts = set(PRESET_EXTENSIONS)
-    if MODELS_SUBFOLDER in folder_paths.folder_names_and_paths:
-        paths, e = folder_paths.folder_names_and_paths[MODELS_SUBFOLDER]
+    path = os.path.join(folder_paths.models_dir, name)
+    if name in folder_paths.folder_names_and_paths:
+        paths, e = folder_paths.folder_names_and_paths[name]
         if path not in paths:
             paths.append(path)
-        e.update(exts) if isinstance(e, set) else None
+        if isinstance(e, set):
+            e.update(exts)
     else:
-        folder_paths.folder_names_and_paths[MODELS_SUBFOLDER] = ([path], exts)
+        folder_paths.folder_names_and_paths[name] = ([path], set(exts))
+
+
+def register_folder() -> None:
+    """Register models/sparse_attention_presets with ComfyUI's folder_paths (idempotent)."""
+    register_models_subfolder(MODELS_SUBFOLDER, PRESET_EXTENSIONS)

@@ -57,15 +57,21 @@ def wan_base(wan):
 
 # --------------------------------------------------------------------------------- nodes
 
+NODE_IDS = {"SparseAttentionPatch", "LoadStripeMaskPreset", "PSAMaskSearch", "PSAMaskSelect",
+            "SparseAttentionInspector"}
+
+
 def test_nodes_registered_with_tooltips(comfy, pack):
-    assert set(comfy.pack_node_names()) >= {"SparseAttentionPatch", "LoadStripeMaskPreset"}
-    for cls in (pack.node_patch.SparseAttentionPatch, pack.node_preset.LoadStripeMaskPreset):
+    assert set(comfy.pack_node_names()) == NODE_IDS
+    classes = [comfy.nodes.NODE_CLASS_MAPPINGS[n] for n in NODE_IDS]
+    for cls in classes:
         schema = cls.define_schema()
-        for inp in schema.inputs:
-            assert inp.tooltip, f"{schema.node_id}.{inp.id} has no tooltip"
+        for item in list(schema.inputs) + list(schema.outputs):
+            assert item.tooltip, f"{schema.node_id}.{item.id} has no tooltip"
     ids = [i.id for i in pack.node_patch.SparseAttentionPatch.define_schema().inputs]
     assert ids == ["model", "method", "beta", "target_sparsity", "estimator", "warmup",
-                   "final_dense", "dense_blocks", "min_tokens", "reorder", "backend", "preset"]
+                   "final_dense", "dense_blocks", "min_tokens", "reorder", "backend", "preset",
+                   "preset_grid"]
 
 
 @pytest.mark.parametrize("widgets, words", [
@@ -83,6 +89,7 @@ def test_nodes_registered_with_tooltips(comfy, pack):
     ({"reorder": "1,2"}, "reorder"),
     ({"backend": "cuda"}, "backend"),
     ({"method": "psa"}, "preset"),               # psa without a preset
+    ({"preset_grid": "stretch"}, "preset_grid"),
 ])
 def test_bad_widget_values_name_the_widget(pack, wan, widgets, words):
     with pytest.raises((ValueError, TypeError)) as e:
@@ -90,23 +97,15 @@ def test_bad_widget_values_name_the_widget(pack, wan, widgets, words):
     assert words in str(e.value)
 
 
-def test_preset_mismatch_is_reported_at_patch_time(pack, wan):
-    class Preset:  # the interface documented in nodes/presets.py
-        grid, tile, num_layers, num_heads = (3, 4, 6), (1, 2, 2), 40, 40
-        fingerprint = {"family": "hunyuan_video", "head_dim": 64}
-
-        def params_for_layer(self, layer):
-            return None
-    with pytest.raises(ValueError) as e:
-        patch(pack, wan.patcher, method="psa", preset=Preset())
-    msg = str(e.value)
-    for part in ("family", "blocks: preset 40, model 3", "heads", "head dim"):
-        assert part in msg
+def test_preset_that_is_not_a_preset(pack, wan):
+    with pytest.raises(ValueError, match="preset: expected a stripe-mask preset"):
+        patch(pack, wan.patcher, method="psa", preset={"grid": (3, 4, 6)})
 
 
-def test_unknown_preset_name(pack):
-    with pytest.raises(ValueError, match="preset"):
-        pack.presets.preset_path("missing.json")
+def test_unknown_or_unsafe_preset_name(pack):
+    for name in ("missing.json", "../../etc/passwd", "/abs/x.json"):
+        with pytest.raises(ValueError, match="preset"):
+            pack.presets.load_named_preset(name)
 
 
 def test_unsupported_model_returned_unchanged(pack, comfy):

@@ -1,0 +1,324 @@
+"""PSA mask search inside an ordinary ComfyUI sampling run (issue 5, "capture and evaluate").
+
+:class:`SearchAttention` is a dispatcher (:class:`~.dispatch.SparseAttention`) whose override
+always returns the dense attention — the workflow's own video is unchanged — and, for every
+video self-attention call of the chosen steps, feeds q, k, v to
+``kernels.psa_search.PSASearchAccumulator`` (every candidate mask evaluated against that
+call's dense output, per layer, head and step bucket). At the end of a sampling run the loss
+table is written as safetensors (``LossTable.save``) to ``models/psa_loss_tables/<name>
+.safetensors``; with ``accumulate`` an existing table of the same name is merged
+(``LossTable.merge``: one run per prompt adds up). Optionally each evaluated call's q/k/v is
+saved for the offline CLI (``python -m kernels.psa_search search``) to
+``models/psa_qkv_samples/<name>/``, after a size estimate is logged, and only when the
+estimate fits ``qkv_max_gb``.
+
+Units: the accumulator's ``step`` is the denoising progress step / total steps in [0, 1)
+(the unit of preset step buckets), computed on the full schedule (KSamplerAdvanced splits
+included).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+from ._kernels import kernels_module
+from .config import PatchConfig, parse_block_list, parse_tile
+from .dispatch import EXPECTED_REASONS, _REASON_TEXT, SparseAttention, blhd, call_args
+from .presets import model_fingerprint, preset_family
+
+log = logging.getLogger("sparse_video_attention")
+
+TABLES_SUBFOLDER = "psa_loss_tables"
+QKV_SUBFOLDER = "psa_qkv_samples"
+NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+_REASON_TEXT.update({
+    "search_evaluated": "evaluated for the PSA mask search (output kept dense)",
+    "search_step": "step not chosen for the PSA mask search",
+    "search_grid": "token grid or extra tokens differ from the first call of this search run",
+    "search_error": "the PSA mask search raised an exception on this call",
+})
+EXPECTED_REASONS.update({"search_evaluated", "search_step"})
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    name: str
+    tile: tuple
+    steps: tuple               # parsed step ranges (config.parse_block_list); () = all
+    steps_text: str
+    bucket_edges: tuple
+    max_candidates: Optional[int]
+    query_tiles: Optional[int]
+    rows_per_tile: Optional[int]
+    seed: int
+    accumulate: bool
+    save_qkv: bool
+    qkv_max_gb: float
+
+
+def make_search_config(name="psa_search", tile="3,8,16", steps="", bucket_edges="",
+                       max_candidates=128, query_tiles=32, rows_per_tile=32, seed=0,
+                       accumulate=True, save_qkv=False, qkv_max_gb=20.0) -> SearchConfig:
+    """Validate the search node's widgets; errors name the widget."""
+    if not isinstance(name, str) or not NAME_RE.match(name) or name.startswith("."):
+        raise ValueError(f"table_name: {name!r} must be 1-64 characters of A-Z a-z 0-9 . _ - "
+                         "(it becomes a file name)")
+    try:
+        t = parse_tile(tile)
+    except ValueError:
+        t = None
+    if t is None:
+        raise ValueError("tile: the search needs a PSA tile bt,bh,bw in tokens, e.g. \"3,8,16\"")
+    try:
+        step_ranges = parse_block_list(steps)
+    except ValueError as e:
+        raise ValueError(str(e).replace("dense_blocks", "steps").replace("block", "step")) from None
+    try:
+        edges = tuple(float(x) for x in re.split(r"[,\s]+", str(bucket_edges).strip()) if x)
+    except ValueError:
+        raise ValueError(f"bucket_edges: expected progress values in (0, 1) separated by "
+                         f"commas, e.g. \"0.5\", got {bucket_edges!r}") from None
+    if any(not 0.0 < e < 1.0 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"bucket_edges: must be strictly ascending inside (0, 1), got {list(edges)}")
+    ints = {}
+    for key, v, lo in (("max_candidates", max_candidates, 1), ("query_tiles", query_tiles, 0),
+                       ("rows_per_tile", rows_per_tile, 0), ("seed", seed, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{key}: expected a whole number >= {lo}, got {v!r}")
+        ints[key] = v
+    if not isinstance(qkv_max_gb, (int, float)) or not qkv_max_gb >= 0:
+        raise ValueError(f"qkv_max_gb: expected a number >= 0, got {qkv_max_gb!r}")
+    return SearchConfig(name=name, tile=t, steps=step_ranges, steps_text=str(steps),
+                        bucket_edges=edges, max_candidates=ints["max_candidates"],
+                        query_tiles=ints["query_tiles"] or None,
+                        rows_per_tile=ints["rows_per_tile"] or None, seed=ints["seed"],
+                        accumulate=bool(accumulate), save_qkv=bool(save_qkv),
+                        qkv_max_gb=float(qkv_max_gb))
+
+
+def resolve_steps(ranges, total: int) -> frozenset:
+    """Step indices of ``ranges`` in a schedule of ``total`` steps (negative from the end;
+    indices outside the schedule are dropped). ``()`` means every step."""
+    if not ranges:
+        return frozenset(range(total))
+    out = set()
+    for a, b in ranges:
+        ra = a + total if a < 0 else a
+        rb = b + total if b < 0 else b
+        out.update(i for i in range(ra, rb + 1) if 0 <= i < total)
+    return frozenset(out)
+
+
+def _folder(sub: str) -> str:
+    import folder_paths
+    path = folder_paths.get_folder_paths(sub)[0]
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def register_folders() -> None:
+    """Register models/psa_loss_tables and models/psa_qkv_samples with folder_paths."""
+    from .presets import register_models_subfolder
+    register_models_subfolder(TABLES_SUBFOLDER, (".safetensors",))
+    register_models_subfolder(QKV_SUBFOLDER, (".safetensors",))
+
+
+def patch_model_for_search(model, search: SearchConfig):
+    """A clone of ``model`` whose sampling runs feed the PSA mask search (the output stays
+    dense). Raises ValueError for a model family the pack has no adapter for."""
+    from .adapters import adapter_for
+    from .patching import install
+    dm = model.get_model_object("diffusion_model")
+    adapter = adapter_for(dm)
+    if adapter is None:
+        raise ValueError(f"model: {type(dm).__name__} is not a supported video model (Wan, "
+                         "HunyuanVideo, LTX-Video, LTX-2); nothing to search")
+    name = type(model.model).__name__ if hasattr(model, "model") else ""
+    return install(model, SearchAttention(search, adapter, adapter.info(dm), model_name=name))
+
+
+def table_path(name: str) -> str:
+    return os.path.join(_folder(TABLES_SUBFOLDER), f"{name}.safetensors")
+
+
+class SearchAttention(SparseAttention):
+    """The search dispatcher (see module docstring). One per "PSA Mask Search" output."""
+
+    def __init__(self, search: SearchConfig, adapter, info, prev_override=None, model_name=""):
+        self.search = search
+        super().__init__(PatchConfig(method="search", dense_blocks=(), warmup=0.0),
+                         adapter, info, prev_override=prev_override)
+        self.model_name = model_name or f"{type(adapter).__name__}"
+        self._reset_run()
+
+    def fresh_copy(self, prev_override):
+        return SearchAttention(self.search, self.adapter, self.info, prev_override=prev_override,
+                               model_name=self.model_name)
+
+    def _meta(self) -> dict:
+        m = super()._meta()
+        m["search"] = {"table_name": self.search.name, "tile": list(self.search.tile)}
+        return m
+
+    def _reset_run(self):
+        self.acc = None
+        self.acc_key = None
+        self.pbar = None
+        self.evaluated = 0
+        self.qkv_dir = None
+        self.qkv_files = 0
+        self.qkv_bytes = 0
+        self.qkv_refused = ""
+        self.run_id = time.strftime("%Y%m%d-%H%M%S")
+        self.table_written = None
+
+    # ------------------------------------------------------------------ run
+    def outer_sample(self, executor, *args, **kwargs):
+        self._reset_run()
+        out = super().outer_sample(executor, *args, **kwargs)  # raises: nothing is written
+        try:
+            self._finish()
+        except Exception as e:  # never fail the workflow after its video is done
+            log.warning("[sparse-video-attention] PSA mask search: could not write the loss "
+                        "table (%s: %s)", type(e).__name__, e)
+            self.last_run["search"]["error"] = f"{type(e).__name__}: {e}"
+        return out
+
+    def _steps_this_run(self):
+        sc = self.schedule
+        if sc is None:
+            return None, None
+        total = sc.total_steps
+        chosen = resolve_steps(self.search.steps, total)
+        here = range(sc.offset, sc.offset + len(sc.sigmas) - 1)
+        return chosen, sum(1 for i in here if i in chosen)
+
+    def _finish(self):
+        summary = self.last_run
+        info = {"table_name": self.search.name, "evaluated_calls": self.evaluated,
+                "table": None, "qkv_dir": self.qkv_dir, "qkv_files": self.qkv_files,
+                "qkv_bytes": self.qkv_bytes}
+        if self.qkv_refused:
+            info["qkv_refused"] = self.qkv_refused
+        summary["search"] = info
+        if self.acc is None:
+            log.warning("[sparse-video-attention] PSA mask search: no video self-attention "
+                        "call was evaluated in this run; no loss table written")
+            return
+        ps = kernels_module("psa_search")
+        table = self.acc.table()
+        table.settings.update({
+            "family": preset_family(self.info), "model_name": self.model_name,
+            "fingerprint": model_fingerprint(self.info), "prompts": 1,
+            "steps": self.search.steps_text or "all",
+        })
+        path = table_path(self.search.name)
+        if self.search.accumulate and os.path.isfile(path):
+            try:
+                old = ps.LossTable.load(path)
+                if old.settings.get("fingerprint") != table.settings["fingerprint"]:
+                    raise ValueError(f"model fingerprint {old.settings.get('fingerprint')} vs "
+                                     f"{table.settings['fingerprint']}")
+                merged = old.merge(table)
+                merged.settings = dict(table.settings, prompts=int(old.settings.get("prompts", 1)) + 1)
+                table = merged
+            except ValueError as e:
+                log.warning("[sparse-video-attention] PSA mask search: the existing table %s "
+                            "cannot be merged with this run (%s); overwriting it", path, e)
+        table.save(path)
+        self.table_written = path
+        info["table"] = path
+        info["prompts"] = table.settings["prompts"]
+        log.info("[sparse-video-attention] PSA mask search: %d calls evaluated, loss table "
+                 "written to %s (%s)", self.evaluated, path, table.summary())
+
+    # ------------------------------------------------------------------ the override
+    def __call__(self, func, *args, **kwargs):
+        out = self._dense(func, args, kwargs)   # the workflow's own output stays dense
+        q, k, v, heads, mask, skip_reshape = call_args(args, kwargs)
+        if q is None or k is None or v is None or heads is None:
+            return out
+        reason = self.self_attention_reason(q, k, mask, skip_reshape)
+        detail = ""
+        plan = None
+        if reason is None:
+            f = self.fwd
+            chosen, _ = self._steps_this_run()
+            if chosen is not None and f.step is not None and f.step not in chosen:
+                reason = "search_step"
+            else:
+                lq = q.shape[2] if skip_reshape else q.shape[1]
+                plan = self.video_grid(lq)
+                if plan is None:
+                    reason, detail = "grid", f"{lq} tokens, latent grid {f.grid}"
+        if reason is None:
+            try:
+                reason, detail = self._evaluate(q, k, v, heads, skip_reshape, *plan)
+            except Exception as e:  # never crash a workflow
+                reason, detail = "search_error", f"{type(e).__name__}: {e}"
+        self._note(reason, detail)
+        self._count(reason)
+        return out
+
+    def _evaluate(self, q, k, v, heads, skip_reshape, n_video, grid):
+        q4, k4, v4 = (blhd(t, heads, skip_reshape) for t in (q, k, v))
+        seq_len = q4.shape[1]
+        extra = seq_len - n_video
+        key = (grid, extra, q4.shape[2])
+        if self.acc is None:
+            self._start(key, q4)
+        elif key != self.acc_key:
+            return "search_grid", f"first call {self.acc_key}, this call {key}"
+        progress = self.progress()
+        block = self.fwd.block
+        self.acc.add(q4, k4, v4, layer=block, step=progress)
+        self.evaluated += 1
+        if self.qkv_dir is not None:
+            ps = kernels_module("psa_search")
+            name = f"{self.run_id}_s{self.fwd.step if self.fwd.step is not None else 0:04d}_L{block:03d}" \
+                   f"_c{self.evaluated:05d}.safetensors"
+            self.qkv_bytes += ps.save_qkv_sample(os.path.join(self.qkv_dir, name), q4, k4, v4,
+                                                 layer=block, step=progress, grid=grid,
+                                                 extra_tokens=extra)
+            self.qkv_files += 1
+        if self.pbar is not None:
+            self.pbar.update(1)
+        return "search_evaluated", ""
+
+    def _start(self, key, q4):
+        """First evaluated call of a run: accumulator, progress bar, Q/K/V size check."""
+        import comfy.utils
+        ps = kernels_module("psa_search")
+        grid, extra, num_heads = key
+        s = self.search
+        cands = ps.candidate_space(grid, s.tile, max_candidates=s.max_candidates, seed=s.seed)
+        self.acc = ps.PSASearchAccumulator(
+            grid, s.tile, num_heads, candidates=cands, extra_tokens=extra,
+            bucket_edges=s.bucket_edges, query_tiles=s.query_tiles,
+            rows_per_tile=s.rows_per_tile, seed=s.seed)
+        self.acc_key = key
+        _, steps_here = self._steps_this_run()
+        expected = (steps_here if steps_here is not None else 1) * self.info.num_blocks
+        self.pbar = comfy.utils.ProgressBar(max(1, expected))
+        log.info("[sparse-video-attention] PSA mask search: grid %s, tile %s, %d candidates, "
+                 "about %d calls to evaluate", grid, s.tile, cands.shape[0], expected)
+        if s.save_qkv:
+            per_call = ps.estimate_sample_bytes(tuple(q4.shape), q4.dtype)
+            total = per_call * expected
+            folder = os.path.join(_folder(QKV_SUBFOLDER), s.name)
+            log.info("[sparse-video-attention] PSA mask search: Q/K/V samples: about %.2f GB "
+                     "(%d calls x %.1f MB) to %s", total / 1e9, expected, per_call / 1e6, folder)
+            if total > s.qkv_max_gb * 1e9:
+                self.qkv_refused = (f"estimated {total / 1e9:.2f} GB exceeds qkv_max_gb="
+                                    f"{s.qkv_max_gb:g}; no samples written")
+                log.warning("[sparse-video-attention] PSA mask search: %s", self.qkv_refused)
+            else:
+                os.makedirs(folder, exist_ok=True)
+                self.qkv_dir = folder

@@ -1,0 +1,161 @@
+"""PSA through the nodes inside a real ComfyUI (CPU, float reference backend): presets made
+with kernels.presets, loaded by 'Load Stripe Mask Preset', validated at patch time, resolved
+per grid and per step bucket, and the achieved density in the run summary."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import comfyui_harness as H
+from kernels.presets import Preset, save_preset
+from kernels.psa_mask import psa_mask
+from test_nodes import comfy, pack, patch, summary  # noqa: F401  (fixtures and helpers)
+
+STEPS = 4
+TILE = (1, 2, 2)
+
+
+@pytest.fixture(scope="module")
+def models(comfy):  # noqa: F811
+    """Two heads each (hidden 256 = 2 × 128): Wan with 2 blocks, HunyuanVideo 1+1 blocks."""
+    out = {}
+    for fam, tiny in (("wan", H.build_wan21(3, num_layers=2, dim=256)),
+                      ("hunyuan_video", H.build_hunyuan_video(3, hidden_size=256))):
+        out[fam] = (tiny, H.sample(tiny, steps=STEPS))
+    return out
+
+
+def fingerprint(tiny, layers=2):
+    return {"layers": layers, "heads": tiny.heads, "head_dim": tiny.head_dim,
+            "hidden_size": tiny.heads * tiny.head_dim}
+
+
+def token_grid(tiny):
+    _, _, t, h, w = tiny.latent_shape
+    return (t, h // 2, w // 2)
+
+
+def make_preset(name, family, fp, grid, rows, edges=()):
+    """rows: [bucket][layer][head] -> 6 ints (the documented Preset constructor)."""
+    return Preset(name=name, family=family, model_name="tiny test model", fingerprint=fp,
+                  grid=tuple(grid), tile=TILE, params=torch.tensor(rows, dtype=torch.int64),
+                  bucket_edges=list(edges), source="geometry",
+                  search={"rule": "geometry", "value": None, "metric": None, "candidates": 0,
+                          "prompts": 0, "query_tiles": None, "rows_per_tile": None},
+                  stats={"sparsity": 0.0, "mean_loss": None})
+
+
+def saved_and_loaded(pack, comfy, preset):  # noqa: F811
+    """Write the preset into models/sparse_attention_presets and load it with the node."""
+    import folder_paths
+    folder = folder_paths.get_folder_paths(pack.presets.MODELS_SUBFOLDER)[0]
+    import os
+    os.makedirs(folder, exist_ok=True)
+    save_preset(preset, os.path.join(folder, f"{preset.name}.json"))
+    assert f"{preset.name}.json" in pack.presets.list_presets()
+    node = pack.node_preset.LoadStripeMaskPreset
+    return node.execute(f"{preset.name}.json").result[0]
+
+
+def full_row(grid):
+    nT, nH, nW = (-(-g // t) for g, t in zip(grid, TILE))
+    return [nT, 0, 0, nH * nW, 0, 0]
+
+
+@pytest.mark.parametrize("family", ["wan", "hunyuan_video"])
+def test_full_preset_reproduces_unpatched(pack, comfy, models, family):  # noqa: F811
+    tiny, base = models[family]
+    grid = token_grid(tiny)
+    p = make_preset(f"full_{family}", family, fingerprint(tiny), grid,
+                    [[[full_row(grid)] * tiny.heads] * 2])
+    m = patch(pack, tiny.patcher, method="psa", preset=saved_and_loaded(pack, comfy, p),
+              warmup=0.0, dense_blocks="")
+    out = H.sample(tiny, steps=STEPS, model=m)
+    torch.testing.assert_close(out, base, atol=1e-4, rtol=1e-4)
+    s = summary(pack, m)
+    assert s["sparse_calls"] == STEPS * 2                       # every video self-attention
+    assert s["mean_density"] == pytest.approx(1.0)
+    assert s["head_density_by_block"] == {0: [1.0, 1.0], 1: [1.0, 1.0]}
+    assert s["preset"]["name"] == f"full_{family}" and s["grid"] == list(grid)
+
+
+@pytest.mark.parametrize("family", ["wan", "hunyuan_video"])
+def test_sparse_preset_density_per_head_and_bucket(pack, comfy, models, family):  # noqa: F811
+    tiny, base = models[family]
+    grid = token_grid(tiny)
+    early = [[1, 0, 0, 1, 0, 0], [2, 0, 0, 1, 0, 0]]                 # bucket 0, heads 0/1
+    late = [[1, 0, 0, 2, 0, 0], full_row(grid)]                      # bucket 1
+    p = make_preset(f"stripes_{family}", family, fingerprint(tiny), grid,
+                    [[early, early], [late, late]], edges=[0.5])
+    m = patch(pack, tiny.patcher, method="psa", preset=saved_and_loaded(pack, comfy, p),
+              warmup=0.0, dense_blocks="0")
+    out = H.sample(tiny, steps=STEPS, model=m)
+    assert (out - base).abs().max() > 1e-4                           # the sparse path ran
+    s = summary(pack, m)
+    assert s["sparse_calls"] == STEPS and s["dense_calls"]["dense_block"] == STEPS
+    d_early = psa_mask(grid, early, TILE).density(tokens=True)
+    d_late = psa_mask(grid, late, TILE).density(tokens=True)
+    assert float(d_early.max()) < 1.0
+    for step in range(STEPS):        # progress = step / 4: steps 0, 1 in bucket 0; 2, 3 in 1
+        want = d_early if step < 2 else d_late
+        assert s["steps"][step]["mean_density"] == pytest.approx(float(want.mean()), rel=1e-6)
+    per_head = s["head_density_by_block"][1]
+    assert per_head == pytest.approx(((d_early + d_late) / 2).tolist(), rel=1e-6)
+
+
+def test_bad_presets_rejected_at_patch_time(pack, comfy, models):  # noqa: F811
+    tiny, _ = models["wan"]
+    grid = token_grid(tiny)
+    rows = [[full_row(grid)] * tiny.heads] * 2
+    fp = fingerprint(tiny)
+    cases = [
+        (make_preset("fam", "ltxv", fp, grid, [rows]), ["model family: preset 'ltxv', model 'wan'"]),
+        (make_preset("layers", "wan", dict(fp, layers=3), grid, [rows + rows[:1]]),
+         ["layers: preset 3, model 2"]),
+        (make_preset("heads", "wan", dict(fp, heads=1, hidden_size=128), grid,
+                     [[[full_row(grid)]] * 2]), ["heads: preset 1, model 2", "hidden_size"]),
+        (make_preset("all", "hunyuan_video", dict(fp, head_dim=64), grid, [rows]),
+         ["model family", "head_dim: preset 64, model 128"]),
+    ]
+    for preset, parts in cases:
+        loaded = saved_and_loaded(pack, comfy, preset)
+        with pytest.raises(ValueError) as e:
+            patch(pack, tiny.patcher, method="psa", preset=loaded)
+        for part in parts:
+            assert part in str(e.value), str(e.value)
+    # the Wan 2.1 name of the family is accepted for a Wan model
+    ok = make_preset("wan21name", "wan2.1", fp, grid, [rows])
+    patch(pack, tiny.patcher, method="psa", preset=saved_and_loaded(pack, comfy, ok))
+
+
+def test_other_grid_refused_without_crash_or_rescaled(pack, comfy, models, caplog):  # noqa: F811
+    tiny, base = models["wan"]
+    grid = token_grid(tiny)                                    # (3, 4, 6): block grid (3, 2, 3)
+    rows = [[[1, 0, 0, 1, 0, 0]] * tiny.heads] * 2
+    big = saved_and_loaded(pack, comfy, make_preset("big", "wan", fingerprint(tiny), (6, 8, 12), [rows]))
+    m = patch(pack, tiny.patcher, method="psa", preset=big, warmup=0.0, dense_blocks="")
+    out = H.sample(tiny, steps=STEPS, model=m)                 # sampling completes, dense
+    torch.testing.assert_close(out, base)
+    s = summary(pack, m)
+    assert s["sparse_calls"] == 0 and s["dense_calls"]["preset_grid"] == STEPS * 2
+    assert "(6, 8, 12)" in s["notes"]["preset_grid"] and "(3, 4, 6)" in s["notes"]["preset_grid"]
+    assert any("(6, 8, 12)" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+    # rescale: approximate masks on the video's block grid, with a warning
+    caplog.clear()
+    m = patch(pack, tiny.patcher, method="psa", preset=big, warmup=0.0, dense_blocks="",
+              preset_grid="rescale")
+    H.sample(tiny, steps=STEPS, model=m)
+    assert summary(pack, m)["sparse_calls"] == STEPS * 2
+    assert any("rescaling preset 'big'" in r.getMessage() for r in caplog.records)
+    # another token grid with the same block grid uses the parameters unchanged
+    same = saved_and_loaded(pack, comfy, make_preset("same_blocks", "wan", fingerprint(tiny),
+                                                     (3, 3, 5), [rows]))
+    m = patch(pack, tiny.patcher, method="psa", preset=same, warmup=0.0, dense_blocks="")
+    H.sample(tiny, steps=STEPS, model=m)
+    s = summary(pack, m)
+    assert s["sparse_calls"] == STEPS * 2
+    want = psa_mask(grid, rows[0], TILE).density(tokens=True).mean()
+    assert s["mean_density"] == pytest.approx(float(want), rel=1e-6)
+    json.dumps(s["preset"])
