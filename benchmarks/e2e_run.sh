@@ -57,6 +57,7 @@ dest=${OUT:-benchmarks/results}
 mkdir -p "$dest"
 
 nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader || true
+export E2E_LAUNCHER="bash benchmarks/e2e_run.sh $*"
 python3 benchmarks/e2e_comfyui.py --out "$dest/e2e_comfyui_h200_$tag.json" "$@" 2>&1 \
   | tee "$dest/e2e_comfyui_h200_$tag.log"
 exit "${PIPESTATUS[0]}"

@@ -157,7 +157,7 @@ def test_every_configuration_measured_on_the_intended_path(tiny_run, name):
             assert m["achieved_density"] is not None
     rows = entry["kernels"]["rows"]
     assert {(r["inputs"], r["method"]) for r in rows} == {
-        (i, k) for i in ("random", "captured") for k in ("sol85", "sol90", "psa60")}
+        (i, k) for i in ("random", "captured") for k in ("dense_cudnn", "sol85", "sol90", "psa60")}
     d = entry["derived"]
     assert set(d["projected_50_steps_s"]) == {"dense", "sol85", "sol90", "psa60"}
     assert d["projected_50_steps_s"]["dense"] == pytest.approx(50 * methods["dense"]["forward_s"])
