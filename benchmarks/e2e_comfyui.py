@@ -23,9 +23,11 @@ or ``$COMFYUI_PATH``, with this pack loaded the way ComfyUI loads custom nodes):
     sol85 / sol90   the pack's "Sparse Attention Patch" node, Sol-Attn, target_sparsity 0.85 /
             0.90, warm-up 0, every block sparse (``--dense-blocks``); calls it does not take
             go to the ``dense`` override;
-    psa60   the same node, PSA, with ``--psa-preset`` or, when none is given, a preset built
-            here whose every head has a stripe mask of token density ``--psa-density``
-            (0.40, i.e. ~60 % sparsity) on the model's grid;
+    psa60   the same node, PSA, with the pack's shipped preset for this model and grid
+            (mask_presets/: geometry presets at ~60-70 % block sparsity, not searched on the real
+            models), else (``--psa-preset uniform``, or no shipped file fits) a preset built
+            here whose every head has a stripe mask of token density ``--psa-density`` (0.40);
+    psa60u  the same node with that uniform preset (also when a shipped one exists);
     kernels the kernels alone (``kernels.sol_attention`` / ``psa_attention`` / cuDNN SDPA)
             on the self-attention's q/k/v shape, random inputs, and on the q/k/v that one
             block of the dense run really produced.
@@ -68,7 +70,8 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 PACK_NAME = "sparse-video-attention"
 TIMER_KEY = "e2e_forward_timer"
-ALL_METHODS = ("dense", "kernels", "stub", "sol85", "sol90", "psa60")
+ALL_METHODS = ("dense", "kernels", "stub", "sol85", "sol90", "psa60", "psa60u")
+DEFAULT_METHODS = ALL_METHODS
 GiB = float(2 ** 30)
 
 log = logging.getLogger("e2e_comfyui")
@@ -628,29 +631,80 @@ def uniform_psa_params(kernels_pkg, grid, tile, heads: int, density: float):
     return params, per_head
 
 
-def make_preset(kernels_pkg, spec: ModelSpec, density: float, path: Optional[str]):
+FAMILY = {"wan": "wan", "hunyuan": "hunyuan_video", "ltxv": "ltxv"}  # the nodes' adapter names
+
+
+def _preset_densities(kernels_pkg, preset) -> torch.Tensor:
+    """Token density (layers, heads) of a preset's first step bucket on its own grid."""
+    psa_mask = importlib.import_module(kernels_pkg.__name__ + ".psa_mask")
+    params = preset.params[0]
+    n_layers, heads = params.shape[0], params.shape[1]
+    dens = psa_mask.psa_mask(tuple(preset.grid), params.reshape(-1, 6), tuple(preset.tile)).density(tokens=True)
+    return dens.reshape(n_layers, heads)
+
+
+def shipped_preset(kernels_pkg, spec: ModelSpec):
+    """The pack's mask_presets/ file made for this model and grid, or (None, reasons)."""
     presets = importlib.import_module(kernels_pkg.__name__ + ".presets")
-    if path:
-        p = presets.load(path)
-        return p, {"source": path, "grid": list(p.grid), "tile": list(p.tile)}
-    grid, tile = spec.grid(), spec.psa_tile
-    params, per_head = uniform_psa_params(kernels_pkg, grid, tile, spec.heads(), density)
-    stack = params[None, None].expand(1, spec.blocks(), spec.heads(), 6).contiguous()
-    preset = presets.Preset(
-        name=f"uniform-{density:.2f}", family=spec.cond if spec.cond != "hunyuan" else "hunyuan_video",
-        model_name=spec.name,
-        fingerprint={"layers": spec.blocks(), "heads": spec.heads(), "head_dim": spec.head_dim(),
-                     "hidden_size": spec.heads() * spec.head_dim()},
-        grid=tuple(grid), tile=tuple(tile), params=stack, bucket_edges=[], source="geometry",
-        search={"rule": "geometry", "value": density}, stats={"sparsity": 1.0 - float(per_head.mean())})
-    info = {"source": f"built here: every head a stripe mask of token density ≈ {density}",
-            "grid": list(grid), "tile": list(tile), "params_per_head": params.tolist(),
-            "density_per_head": per_head.tolist(), "mean_density": float(per_head.mean())}
+    folder = REPO / "mask_presets"
+    why = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            p = presets.load(str(path))
+        except Exception as e:  # an unreadable file is reported, not fatal
+            why.append(f"{path.name}: {e}")
+            continue
+        fp = p.fingerprint
+        if (p.family, int(fp["layers"]), int(fp["heads"]), int(fp["head_dim"])) != \
+                (FAMILY[spec.key], spec.blocks(), spec.heads(), spec.head_dim()):
+            continue
+        if tuple(p.grid) != tuple(spec.grid()):
+            why.append(f"{path.name}: grid {tuple(p.grid)} is not {spec.grid()}")
+            continue
+        return p, path
+    return None, why
+
+
+def make_preset(kernels_pkg, spec: ModelSpec, density: float, choice: str):
+    """PSA preset: ``choice`` "auto" (the shipped preset for this model and grid, else a
+    uniform one), "uniform" (built here: every head a stripe mask of token density
+    ``density``), or a preset file path."""
+    presets = importlib.import_module(kernels_pkg.__name__ + ".presets")
+    info: dict = {}
+    preset = None
+    if choice not in ("auto", "uniform"):
+        preset = presets.load(choice)
+        info["source"] = f"file {choice}"
+    elif choice == "auto":
+        preset, where = shipped_preset(kernels_pkg, spec)
+        if preset is not None:
+            info["source"] = f"shipped mask_presets/{where.name} ({preset.source})"
+        else:
+            info["no_shipped_preset"] = where or "no file in mask_presets/ for this model"
+    if preset is None:
+        grid, tile = spec.grid(), spec.psa_tile
+        params, per_head = uniform_psa_params(kernels_pkg, grid, tile, spec.heads(), density)
+        stack = params[None, None].expand(1, spec.blocks(), spec.heads(), 6).contiguous()
+        preset = presets.Preset(
+            name=f"uniform-{density:.2f}", family=FAMILY[spec.key], model_name=spec.name,
+            fingerprint={"layers": spec.blocks(), "heads": spec.heads(), "head_dim": spec.head_dim(),
+                         "hidden_size": spec.heads() * spec.head_dim()},
+            grid=tuple(grid), tile=tuple(tile), params=stack, bucket_edges=[], source="geometry",
+            search={"rule": "geometry", "value": density}, stats={"sparsity": 1.0 - float(per_head.mean())})
+        info["source"] = f"built here: every head a stripe mask of token density ≈ {density}"
+        info["params_per_head"] = params.tolist()
+    dens = _preset_densities(kernels_pkg, preset)
+    layer_mean = dens.mean(dim=1)
+    typical = int((layer_mean - dens.mean()).abs().argmin())
+    info.update(name=preset.name, grid=list(preset.grid), tile=list(preset.tile),
+                step_buckets=len(preset.bucket_edges) + 1, mean_density=float(dens.mean()),
+                density_per_layer=[round(float(x), 4) for x in layer_mean],
+                typical_layer=typical, typical_layer_density=float(layer_mean[typical]))
     return preset, info
 
 
 def kernel_standalone(comfy: Comfy, spec: ModelSpec, device, dtype, backend: str, methods: dict,
-                      captured, rep_ms: int, cuda: bool, seed: int) -> dict:
+                      captured, captured_block: int, rep_ms: int, cuda: bool, seed: int) -> dict:
     """The kernels alone on the self-attention shape (B = 2): random inputs and, when given,
     the q/k/v one block of the dense run produced."""
     kernels_pkg = importlib.import_module(comfy.pack_module.__name__ + ".kernels")
@@ -683,13 +737,14 @@ def kernel_standalone(comfy: Comfy, spec: ModelSpec, device, dtype, backend: str
                 _, stats = sol(q, k, v, beta=beta, estimator=m["estimator"], sinks=sinks, return_stats=True)
                 row = {"inputs": source, "method": name, "beta": beta,
                        "density": float(stats["density"].float().mean()), **bench_fn(fn, cuda, rep_ms)}
-            else:
-                preset = m["preset"]
-                params = preset.params_for_layer(0).to(device)
+            else:  # random inputs: the layer of typical density; captured: the captured block's layer
+                preset, pinfo = m["preset"], m["preset_info"]
+                layer = pinfo["typical_layer"] if source == "random" else captured_block
+                params = preset.params_for_layer(layer).to(device)
                 fn = lambda: psa(q, k, v, grid=tuple(preset.grid), params=params, tile=tuple(preset.tile),  # noqa: E731
                                  extra_tokens=extra)
-                row = {"inputs": source, "method": name, "density": m.get("mask_density"),
-                       **bench_fn(fn, cuda, rep_ms)}
+                row = {"inputs": source, "method": name, "layer": layer,
+                       "density": pinfo["density_per_layer"][layer], **bench_fn(fn, cuda, rep_ms)}
             out["rows"].append(row)
             print(f"    kernel {name:6s} on {source:8s} inputs: {row['ms']:.2f} ms"
                   + (f" (density {row['density']:.3f})" if row.get("density") is not None else ""), flush=True)
@@ -704,7 +759,9 @@ TARGETS_WAN = {  # issue 4, Wan2.1-14B
     "sol85": {"forward_speedup": 2.2, "projected_50_speedup": 1.8},
     "sol90": {"forward_speedup": 2.5, "projected_50_speedup": 1.95},
     "psa60": {"projected_50_speedup": 1.4},
+    "psa60u": {"projected_50_speedup": 1.4},
 }
+SPARSE_METHODS = ("sol85", "sol90", "psa60", "psa60u")
 
 
 def derive(entry: dict, spec: ModelSpec, targets: bool) -> dict:
@@ -728,7 +785,7 @@ def derive(entry: dict, spec: ModelSpec, targets: bool) -> dict:
     if cudnn_ms is not None:
         d["dense_cudnn_kernel_ms"] = cudnn_ms
         d["blocks_x_cudnn_kernel_s"] = blocks * cudnn_ms / 1000.0
-    for name in ("sol85", "sol90", "psa60"):
+    for name in SPARSE_METHODS:
         f = m.get(name, {}).get("forward_s")
         if not f:
             continue
@@ -770,7 +827,7 @@ def print_table(entry: dict, spec: ModelSpec):
     print(f"{'method':8s} {'forward s':>10s} {'× dense':>8s} {'50-step s':>10s} {'× dense':>8s} "
           f"{'density':>8s} {'peak GiB':>9s}  check")
     dense = d.get("dense_forward_s")
-    for name in ("dense", "stub", "sol85", "sol90", "psa60"):
+    for name in ("dense", "stub") + SPARSE_METHODS:
         mm = m.get(name, {})
         if "forward_s" not in mm:
             if "error" in mm:
@@ -799,7 +856,8 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True, help="JSON results path (rewritten after every measurement)")
     ap.add_argument("--models", default="wan", help="comma list of: " + ",".join(FULL))
-    ap.add_argument("--methods", default=",".join(ALL_METHODS), help="comma list of: " + ",".join(ALL_METHODS))
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                    help="comma list of: " + ",".join(ALL_METHODS) + " (default: all)")
     ap.add_argument("--tiny", action="store_true", help="tiny configurations on the CPU (float32, reference backend)")
     ap.add_argument("--warmup", type=int, default=1, help="sampler steps run first and not timed (≥ 1)")
     ap.add_argument("--reps", type=int, default=2, help="timed sampler steps per configuration")
@@ -807,8 +865,10 @@ def parse_args(argv=None):
                     help="node backend (default: triton on CUDA, reference with --tiny)")
     ap.add_argument("--estimator", default="exact", choices=["exact", "diag"])
     ap.add_argument("--dense-blocks", default="", help="node widget dense_blocks (default: none, every block sparse)")
-    ap.add_argument("--psa-density", type=float, default=0.40, help="token density of the built PSA preset")
-    ap.add_argument("--psa-preset", default=None, help="a PSA preset file to use instead of the built one")
+    ap.add_argument("--psa-density", type=float, default=0.40, help="token density of the uniform PSA preset")
+    ap.add_argument("--psa-preset", default="auto",
+                    help="psa60's preset: auto (the pack's mask_presets/ file for this model and grid, else "
+                         "uniform), uniform (built here, --psa-density), or a preset file")
     ap.add_argument("--capture-block", type=int, default=None,
                     help="self-attention block whose dense q/k/v the kernels are also timed on (default: middle)")
     ap.add_argument("--kernel-rep-ms", type=int, default=1000, help="do_bench rep per kernel timing")
@@ -910,7 +970,9 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
     if "sol90" in a.methods or "kernels" in a.methods:
         node_methods["sol90"] = {"method": "sol_attn", "target_sparsity": 0.90}
     if "psa60" in a.methods or "kernels" in a.methods:
-        node_methods["psa60"] = {"method": "psa"}
+        node_methods["psa60"] = {"method": "psa", "preset_choice": a.psa_preset}
+    if "psa60u" in a.methods:
+        node_methods["psa60u"] = {"method": "psa", "preset_choice": "uniform"}
     kernels_pkg = importlib.import_module(comfy.pack_module.__name__ + ".kernels")
     for name, m in node_methods.items():
         m["estimator"] = a.estimator
@@ -918,14 +980,15 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
             m["beta"] = float(kernels_pkg.beta_for_density(1.0 - m["target_sparsity"]))
         else:
             try:
-                m["preset"], m["preset_info"] = make_preset(kernels_pkg, spec, a.psa_density, a.psa_preset)
-                m["mask_density"] = m["preset_info"].get("mean_density")
+                m["preset"], m["preset_info"] = make_preset(kernels_pkg, spec, a.psa_density, m["preset_choice"])
+                m["mask_density"] = m["preset_info"]["mean_density"]
             except Exception as e:
                 entry["errors"].append({"stage": "psa_preset", "error": f"{type(e).__name__}: {e}",
                                         "traceback": traceback.format_exc()[-3000:]})
                 m["preset"] = None
-    if "psa60" in node_methods and node_methods["psa60"].get("preset_info"):
-        entry["psa_preset"] = node_methods["psa60"]["preset_info"]
+    for name in ("psa60", "psa60u"):
+        if node_methods.get(name, {}).get("preset_info"):
+            entry.setdefault("psa_presets", {})[name] = node_methods[name]["preset_info"]
 
     def measure(name: str, model, timer: ForwardTimer, extra_report: Optional[Callable] = None):
         print(f"   {name}: {steps} sampler steps ({a.warmup} warm-up) ...", flush=True)
@@ -962,7 +1025,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
         print("   kernels alone ...", flush=True)
         try:
             ks = {k: v for k, v in node_methods.items() if v["method"] == "sol_attn" or v.get("preset") is not None}
-            entry["kernels"] = kernel_standalone(comfy, spec, device, dtype, backend, ks, captured,
+            entry["kernels"] = kernel_standalone(comfy, spec, device, dtype, backend, ks, captured, capture,
                                                  a.kernel_rep_ms, cuda, a.seed + 7)
             entry["kernels"]["captured_block"] = capture if captured is not None else None
         except Exception as e:
@@ -983,7 +1046,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
 
     # (b) through the Sparse Attention Patch node
     patching = importlib.import_module(comfy.pack_module.__name__ + ".nodes.patching")
-    for name in ("sol85", "sol90", "psa60"):
+    for name in ("sol85", "sol90", "psa60", "psa60u"):
         if name not in a.methods:
             continue
         m = node_methods[name]

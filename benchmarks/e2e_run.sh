@@ -12,9 +12,9 @@
 #
 # 2. On the device (tool `run`, carry [".whl"], timeout_s 600), from the repository root:
 #
-#      bash benchmarks/e2e_run.sh --models wan                 # Wan2.1-14B, ~4-5 min
-#      bash benchmarks/e2e_run.sh --models hunyuan --reps 1    # HunyuanVideo 13B, separately
-#      bash benchmarks/e2e_run.sh --models ltxv
+#      bash benchmarks/e2e_run.sh --models wan        # Wan2.1-14B: estimated 5-6 min (not yet run)
+#      bash benchmarks/e2e_run.sh --models hunyuan --reps 1 --methods dense,kernels,stub,sol85,sol90,psa60
+#      bash benchmarks/e2e_run.sh --models ltxv       # LTX-Video 0.9 2B, small
 #
 #    Any other e2e_comfyui.py flag passes through (--methods, --reps, --dense-blocks, ...).
 #    Results go to $OUT (else benchmarks/results/): e2e_comfyui_h200_<models>.json and .log;

@@ -138,7 +138,7 @@ def test_every_configuration_measured_on_the_intended_path(tiny_run, name):
     blocks = BLOCKS[name]
     assert entry["spec"]["blocks"] == blocks
     methods = entry["methods"]
-    for method in ("dense", "stub", "sol85", "sol90", "psa60"):
+    for method in ("dense", "stub", "sol85", "sol90", "psa60", "psa60u"):
         m = methods[method]
         assert "error" not in m, m.get("traceback", m)
         assert m["forward_s"] > 0 and m["output_finite"], (method, m)
@@ -157,11 +157,13 @@ def test_every_configuration_measured_on_the_intended_path(tiny_run, name):
             assert m["achieved_density"] is not None
     rows = entry["kernels"]["rows"]
     assert {(r["inputs"], r["method"]) for r in rows} == {
-        (i, k) for i in ("random", "captured") for k in ("dense_cudnn", "sol85", "sol90", "psa60")}
+        (i, k) for i in ("random", "captured") for k in ("dense_cudnn", "sol85", "sol90", "psa60", "psa60u")}
     d = entry["derived"]
-    assert set(d["projected_50_steps_s"]) == {"dense", "sol85", "sol90", "psa60"}
+    assert set(d["projected_50_steps_s"]) == {"dense", "sol85", "sol90", "psa60", "psa60u"}
+    # no shipped preset fits a tiny grid: psa60 falls back to the uniform preset built here
+    assert entry["psa_presets"]["psa60"]["source"].startswith("built here")
     assert d["projected_50_steps_s"]["dense"] == pytest.approx(50 * methods["dense"]["forward_s"])
-    for method in ("sol85", "sol90", "psa60"):
+    for method in ("sol85", "sol90", "psa60", "psa60u"):
         r = d[method]
         assert r["projected_50_steps_s"] == pytest.approx(10 * methods["dense"]["forward_s"] + 40 * r["forward_s"])
         assert "holds" in r["integration_check"] and "holds_captured" in r["integration_check"]
