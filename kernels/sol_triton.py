@@ -35,7 +35,7 @@ SOL_CHUNK = 64
 @triton.jit
 def _sol_kernel(
     Q, K, V, O, K_DESC, V_DESC,
-    K_POOL, V_POOL, K_POOL_DESC, V_POOL_DESC, TAU, FORCED, BLOCK_LEN, STAGE, COUNTS,
+    K_POOL, V_POOL, TAU, FORCED, BLOCK_LEN, STAGE, COUNTS,
     LIST_COUNTS, LIST_IDS,
     stride_qb, stride_qn, stride_qh,
     stride_kb, stride_kn, stride_kh,
@@ -81,12 +81,8 @@ def _sol_kernel(
             for c0 in range(0, num_blocks, CHUNK):
                 cols = c0 + offs_c
                 col_ok = cols < num_blocks
-                if TMA:
-                    # Rows past this head's N come back as zeros (out of the box's bounds).
-                    kp = K_POOL_DESC.load([bh, c0, 0]).reshape(CHUNK, HEAD_DIM)
-                else:
-                    kp = tl.load(K_POOL + pool_off + cols[:, None] * HEAD_DIM + offs_d[None, :],
-                                 mask=col_ok[:, None], other=0.0)
+                kp = tl.load(K_POOL + pool_off + cols[:, None] * HEAD_DIM + offs_d[None, :],
+                             mask=col_ok[:, None], other=0.0)
                 s = tl.dot(q, tl.trans(kp.to(DOT_DTYPE))) * sm_scale
                 proxy = tl.sum(s, 0) / n_valid_rows
                 picked = (proxy > tau) | (tl.load(FORCED + cols, mask=col_ok, other=0) != 0)
@@ -110,11 +106,8 @@ def _sol_kernel(
                     p = tl.math.exp2(s2 - m_new[:, None])
                     lens = tl.load(BLOCK_LEN + cols, mask=col_ok, other=0.0)
                     l_i = l_i * alpha + tl.sum(p * lens[None, :], 1)
-                    if TMA:
-                        vp = V_POOL_DESC.load([bh, c0, 0]).reshape(CHUNK, HEAD_DIM)
-                    else:
-                        vp = tl.load(V_POOL + pool_off + cols[:, None] * HEAD_DIM + offs_d[None, :],
-                                     mask=col_ok[:, None], other=0.0)
+                    vp = tl.load(V_POOL + pool_off + cols[:, None] * HEAD_DIM + offs_d[None, :],
+                                 mask=col_ok[:, None], other=0.0)
                     acc = tl.dot(p.to(DOT_DTYPE), vp.to(DOT_DTYPE), acc * alpha[:, None])
                     m_i = m_new
             if TAIL_RAGGED:
@@ -183,15 +176,8 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
         list_stride = list_ids.shape[-1]
     descs = grid_descriptors((k, v), (L, 1, 1), (SOL_BLOCK_M, 1, 1)) if tma else None
     k_desc, v_desc = descs[0] if descs else (k, v)
-    k_pool_desc, v_pool_desc = k_pool, v_pool
-    if descs and route:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        k_pool_desc, v_pool_desc = (
-            TensorDescriptor(x, shape=[B * H, n, D], strides=[n * D, D, 1], block_shape=[1, SOL_CHUNK, D])
-            for x in (k_pool, v_pool))
     _sol_kernel[(programs,)](
-        q, k, v, out, k_desc, v_desc, k_pool, v_pool, k_pool_desc, v_pool_desc, tau, forced, block_len, stage, counts,
+        q, k, v, out, k_desc, v_desc, k_pool, v_pool, tau, forced, block_len, stage, counts,
         list_counts, list_ids,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),
