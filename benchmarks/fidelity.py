@@ -86,14 +86,16 @@ def aggregate(errs: dict, kinds: list[str], extra: dict | None = None) -> dict:
     }
 
 
-def run_sol(q, k, v, beta):
-    """Sol-Attn output and per-head achieved density (H,): kernel on CUDA, reference elsewhere."""
+def run_sol(q, k, v, beta, grid=None, reorder=None):
+    """Sol-Attn output and per-head achieved density (H,): kernel on CUDA, reference elsewhere.
+    ``reorder`` = (bt, bh, bw) with ``grid``: 64-token blocks over tile-major token order."""
+    kw = dict(beta=beta, return_stats=True, grid=grid, reorder=reorder)
     if q.device.type == "cuda":
-        out, st = kernels.sol_attention(q, k, v, beta=beta, return_stats=True)
+        out, st = kernels.sol_attention(q, k, v, **kw)
         torch.cuda.synchronize()
         impl = "kernels.sol_attention (Triton)"
     else:
-        out, st = kernels.sol_attention_reference(q, k, v, beta=beta, return_stats=True)
+        out, st = kernels.sol_attention_reference(q, k, v, **kw)
         impl = "kernels.sol_attention_reference (float32)"
     return out, st["density"].float().mean(dim=0).cpu(), impl
 
@@ -111,12 +113,12 @@ def calibrated_beta(q, k, v, target_density: float, iters: int = 30) -> float:
     return 0.5 * (lo + hi)
 
 
-def density_sweep(q, k, v, kinds, dense, densities):
+def density_sweep(q, k, v, kinds, dense, densities, grid=None, reorder=None):
     rows = []
     for rho in densities:
         beta = kernels.beta_for_density(rho)
         t0 = time.time()
-        out, dens, impl = run_sol(q, k, v, beta)
+        out, dens, impl = run_sol(q, k, v, beta, grid, reorder)
         secs = time.time() - t0
         res = aggregate(head_errors(out, dense), kinds, {"density": dens})
         rows.append({"target_density": rho, "beta": beta, "impl": impl, "seconds": secs, **res})
@@ -190,6 +192,8 @@ def main(argv=None):
     ap.add_argument("--densities", type=float, nargs="+", default=list(DENSITIES))
     ap.add_argument("--sparsities", type=float, nargs="+", default=list(SPARSITIES))
     ap.add_argument("--ablation-beta", default="calibrated", choices=["calibrated", "gaussian"])
+    ap.add_argument("--reorder", type=int, nargs=3, default=None, metavar=("BT", "BH", "BW"),
+                    help="also run the density sweep with Sol's tile-major token order (e.g. 4 4 4)")
     ap.add_argument("--skip-sweep", action="store_true")
     ap.add_argument("--skip-ablation", action="store_true")
     ap.add_argument("--out", default=None)
@@ -231,6 +235,16 @@ def main(argv=None):
             "logit_scale": default_logit_scale(q.shape[1]), "dense_lowp_rel_l2": floor,
             "rows": density_sweep(q, k, v, kinds, dense, args.densities),
         }
+        if args.reorder:
+            res["sweep_reorder"] = {
+                "grid": args.grid, "tile": args.reorder,
+                "rows": density_sweep(q, k, v, kinds, dense, args.densities, tuple(args.grid), tuple(args.reorder)),
+            }
+            print("== Sol-Attn with reorder=%s vs row-major blocks, same β" % (tuple(args.reorder),))
+            print("  rho   dens(row-major) relL2     dens(tiles) relL2")
+            for a, b in zip(res["sweep"]["rows"], res["sweep_reorder"]["rows"]):
+                print(f" {a['target_density']:.2f}   {a['overall']['density']:.3f}   {a['overall']['rel_l2']:.4f}"
+                      f"      {b['overall']['density']:.3f}   {b['overall']['rel_l2']:.4f}")
         del q, k, v, dense
     if not args.skip_ablation:
         q, k, v, kinds = workload(args.ablation_grid)
