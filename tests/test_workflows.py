@@ -189,9 +189,8 @@ def test_hunyuan_workflow_preset_is_shipped():
     wf = load("hunyuan_video_t2v_720p_psa.json")
     assert [n["widgets_values"][0] for n in wf["nodes"] if n["type"] == "LoadStripeMaskPreset"] == [preset]
     shipped = h.REPO_ROOT / "mask_presets" / preset
-    if not shipped.is_file():
-        pytest.xfail(f"mask_presets/{preset} is not in this checkout yet (the presets branch ships it)")
-    from kernels.presets import load as load_preset
+    assert shipped.is_file(), f"mask_presets/{preset} is missing"
+    from kernels.presets import load_preset
     p = load_preset(shipped)
     # 1280x720, 129 frames -> latent 33 x 90 x 160 -> tokens 33 x 45 x 80 (patch 1x2x2)
     assert tuple(p.grid) == (33, 45, 80)
