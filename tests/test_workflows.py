@@ -347,6 +347,9 @@ def test_workflow_runs_on_cpu(server, name):
         for f in files:
             path = server.base_dir / "output" / f.get("subfolder", "") / f["filename"]
             assert path.is_file() and path.stat().st_size > 0, path
+    # an Inspector node (the Wan 2.1 workflow has one after the sampler) ran and shows its 3 images
+    for nid in [n for n, node in prompt.items() if node["class_type"] == "SparseAttentionInspector"]:
+        assert len(entry["outputs"].get(nid, {}).get("images", [])) == 3, entry["outputs"].get(nid)
     # the sparse path was taken: one run summary per patched model, each with sparse calls
     summaries = [m.groups() for m in SUMMARY_RE.finditer(log)]
     method = {"hunyuan_video": "psa"}.get(family, "sol_attn")
