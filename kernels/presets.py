@@ -65,6 +65,7 @@ __all__ = [
     "preset_from_json",
     "resolve_preset_path",
     "preset_from_selection",
+    "load",
 ]
 
 PRESET_FORMAT = "psa-mask-preset"
@@ -108,6 +109,12 @@ class Preset:
     @property
     def num_heads(self) -> int:
         return int(self.params.shape[2])
+
+    def params_for_layer(self, layer: int, progress: float = 0.0):
+        """(heads, 6) of a layer, or None when the preset has no such layer (nodes API)."""
+        if not 0 <= int(layer) < self.num_layers:
+            return None
+        return self.params_for(layer, progress)
 
     def bucket_of(self, progress: float) -> int:
         return sum(1 for e in self.bucket_edges if float(progress) >= e)
@@ -460,3 +467,7 @@ def preset_from_selection(
         author=author, notes=notes, created=created,
     )
 
+
+def load(path) -> Preset:
+    """``load_preset(path)``: the name the nodes' preset loader calls."""
+    return load_preset(path)

@@ -7,6 +7,7 @@ import re
 import pytest
 import torch
 
+from kernels.presets import load as presets_load
 from kernels.presets import (
     MAX_PRESET_BYTES,
     Preset,
@@ -52,6 +53,7 @@ def test_round_trip(tmp_path):
                  "search", "stats", "author", "notes", "created"):
         assert getattr(q, name) == getattr(p, name), name
     assert load_preset("x.json", folders=[str(tmp_path)]).name == p.name
+    assert torch.equal(presets_load(path).params, p.params)
     # a preset is small: 40 layers x 40 heads stays far below the cap
     big = make_preset(layers=40, heads=40, buckets=1)
     assert len(preset_to_json(big).encode()) < 200_000
@@ -64,7 +66,9 @@ def test_params_for_and_buckets():
     assert torch.equal(p.params_for(0, 0.99), p.params[1, 0])
     with pytest.raises(ValueError, match="layer 2 is outside"):
         p.params_for(2)
+    # the interface the nodes use
     assert p.num_layers == 2 and p.num_heads == 3
+    assert torch.equal(p.params_for_layer(1), p.params[0, 1]) and p.params_for_layer(2) is None
 
 
 def test_model_mismatch_is_explained():

@@ -53,7 +53,7 @@ def test_stats_match_the_masks(name):
     dens = psa_mask(p.grid, uniq, p.tile).density()
     assert abs(float(1 - dens[inv].mean()) - p.stats["sparsity"]) < 1e-5
     for layer in (0, p.num_layers - 1):
-        assert p.params_for(layer).shape == (p.num_heads, 6)
+        assert p.params_for_layer(layer).shape == (p.num_heads, 6)
 
 
 @pytest.mark.parametrize("name", NAMES)
