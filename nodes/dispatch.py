@@ -5,11 +5,21 @@ Patch" node output). It is, at the same time,
 
 - the ``optimized_attention_override`` placed in that clone's ``transformer_options``
   (ComfyUI ≥ 0.3.60 calls it as ``override(func, *args, **kwargs)`` for every attention);
-- an OUTER_SAMPLE wrapper: per sampling run, locates the run's sigmas in the full schedule
-  (:mod:`.schedule`), registers the adapter's forward hooks on the diffusion model and
-  removes them afterwards, and logs the run summary;
-- an APPLY_MODEL wrapper: per model evaluation (outside any torch.compile region), computes
-  the token grid from the latent and the step index from the current sigma.
+- the OUTER_SAMPLE wrapper's work (:meth:`SparseAttention.outer_sample`): per sampling run,
+  locates the run's sigmas in the full schedule (:mod:`.schedule`), registers the adapter's
+  forward hooks on the diffusion model and removes them afterwards, and logs the run summary;
+- the APPLY_MODEL wrapper's work (:meth:`SparseAttention.apply_model`): per model evaluation
+  (outside any torch.compile region), computes the token grid from the latent and the step
+  index from the current sigma.
+
+The wrappers registered on the ModelPatcher are the module functions
+:func:`outer_sample_wrapper` and :func:`apply_model_wrapper`, not bound methods: they look the
+dispatcher up in the ``model_options`` of the run, under :data:`TRANSFORMER_OPTIONS_KEY`, the
+same dict the override is read from. ``ModelPatcher.clone()`` deep-copies ``model_options``
+(each clone gets its own dispatcher through :meth:`SparseAttention.__deepcopy__`) but copies
+``ModelPatcher.wrappers`` shallowly; a bound method there would keep pointing at the
+dispatcher of the model that was patched, so a node that clones the model after the patch
+(ModelSamplingSD3, a LoRA loader...) would split the hooks and the override over two objects.
 
 Nothing is stored in module or class globals: two patched models share no state, and the
 unpatched model never sees the override, the wrappers or the hooks outside our runs.
@@ -138,6 +148,37 @@ class RunStats:
             "schedule": self.schedule,
             "compiled_calls_unseen": self.compiled_calls_unseen,
         }
+
+
+def dispatcher_in(transformer_options) -> Optional["SparseAttention"]:
+    """The dispatcher stored in a ``transformer_options`` dict, or None."""
+    state = transformer_options.get(TRANSFORMER_OPTIONS_KEY) if transformer_options else None
+    return state if getattr(state, "is_sparse_video_attention", False) else None
+
+
+def outer_sample_wrapper(executor, *args, **kwargs):
+    """OUTER_SAMPLE wrapper (``executor.class_obj`` is the guider): hands the run to the
+    dispatcher in the guider's ``model_options`` (those of the model being sampled, whichever
+    clone of the patched model that is)."""
+    guider = executor.class_obj
+    options = getattr(guider, "model_options", None)
+    if options is None:
+        options = guider.model_patcher.model_options
+    state = dispatcher_in(options.get("transformer_options"))
+    if state is None:
+        return executor(*args, **kwargs)
+    return state.outer_sample(executor, *args, **kwargs)
+
+
+def apply_model_wrapper(executor, x, t, c_concat=None, c_crossattn=None, control=None,
+                        transformer_options={}, **kwargs):
+    """APPLY_MODEL wrapper: hands the evaluation to the dispatcher in its
+    ``transformer_options`` (the dict the attention override is read from)."""
+    state = dispatcher_in(transformer_options)
+    if state is None:
+        return executor(x, t, c_concat, c_crossattn, control, transformer_options, **kwargs)
+    return state.apply_model(executor, x, t, c_concat, c_crossattn, control,
+                             transformer_options, **kwargs)
 
 
 def call_args(args, kwargs):

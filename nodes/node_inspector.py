@@ -113,8 +113,9 @@ class SparseAttentionInspector(io.ComfyNode):
             is_output_node=True,
             inputs=[
                 io.Model.Input("model", optional=True,
-                               tooltip="The patched model (output of 'Sparse Attention Patch' "
-                                       "or 'PSA Mask Search') whose last run is shown."),
+                               tooltip="The patched model whose last run is shown: the model "
+                                       "the sampler used ('Sparse Attention Patch' or 'PSA Mask "
+                                       "Search' output, or a model node after it)."),
                 io.Latent.Input("samples", optional=True,
                                 tooltip="Connect the sampler's output here so the inspector "
                                         "runs after sampling (its value is not used)."),

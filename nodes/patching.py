@@ -1,8 +1,9 @@
 """Patch a ComfyUI model clone with a :class:`~.dispatch.SparseAttention` dispatcher.
 
-Only ``model.clone()``'s own ``model_options`` change: the attention override in
-``transformer_options``, one OUTER_SAMPLE and one APPLY_MODEL wrapper under our key. No
-ComfyUI module is modified. Patching an already patched model replaces our earlier patch
+Only ``model.clone()``'s own ``model_options`` and wrappers change: the attention override
+and the dispatcher in ``transformer_options``, one OUTER_SAMPLE and one APPLY_MODEL wrapper
+under our key (module functions that find the dispatcher in the run's ``model_options``, so
+that a later clone of the patched model keeps working). No ComfyUI module is modified. Patching an already patched model replaces our earlier patch
 (its override is unwrapped to whatever was there before it).
 """
 from __future__ import annotations
@@ -11,7 +12,8 @@ import logging
 
 from .adapters import adapter_for
 from .config import PatchConfig
-from .dispatch import TRANSFORMER_OPTIONS_KEY, WRAPPER_KEY, SparseAttention
+from .dispatch import (TRANSFORMER_OPTIONS_KEY, WRAPPER_KEY, SparseAttention,
+                       apply_model_wrapper, dispatcher_in, outer_sample_wrapper)
 from .presets import check_preset_for_model
 
 log = logging.getLogger("sparse_video_attention")
@@ -62,16 +64,17 @@ def install(model, state):
     m.remove_wrappers_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY)
     to["optimized_attention_override"] = state
     to[TRANSFORMER_OPTIONS_KEY] = state
-    m.add_wrapper_with_key(pe.WrappersMP.OUTER_SAMPLE, WRAPPER_KEY, state.outer_sample)
-    m.add_wrapper_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY, state.apply_model)
+    # Module functions, not state.outer_sample / state.apply_model: clone() copies wrappers
+    # shallowly but model_options deeply, so the wrappers must find the dispatcher where the
+    # override lives (see nodes/dispatch.py).
+    m.add_wrapper_with_key(pe.WrappersMP.OUTER_SAMPLE, WRAPPER_KEY, outer_sample_wrapper)
+    m.add_wrapper_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY, apply_model_wrapper)
     return m
 
 
 def dispatcher_of(model):
     """The dispatcher of a patched model, or None."""
-    to = model.model_options.get("transformer_options", {})
-    state = to.get(TRANSFORMER_OPTIONS_KEY)
-    return state if getattr(state, "is_sparse_video_attention", False) else None
+    return dispatcher_in(model.model_options.get("transformer_options"))
 
 
 def run_summary(model):

@@ -225,6 +225,32 @@ def test_chains_to_previous_override(pack, wan, wan_base):
     assert pack.patching.dispatcher_of(c) is not d
 
 
+def test_model_node_after_the_patch(pack, comfy, wan):
+    """A core node that clones the model (ModelSamplingSD3) after the patch: the clone's own
+    dispatcher sees the whole run (wrappers, hooks, override); the patch node's output keeps
+    its own, unused, state; the unpatched model is untouched."""
+    shift = comfy.nodes.NODE_CLASS_MAPPINGS["ModelSamplingSD3"]()
+    m = patch(pack, wan.patcher, beta=float("-inf"), warmup=0.0, dense_blocks="")
+    (ms,) = shift.patch(m, shift=3.0)
+    d, d_ms = pack.patching.dispatcher_of(m), pack.patching.dispatcher_of(ms)
+    assert d_ms is not None and d_ms is not d and d_ms.stats is not d.stats
+    out = H.sample(wan, steps=5, model=ms)
+    s = summary(pack, ms)
+    assert s["forwards"] == 5 and s["sparse_calls"] == 5 * 3
+    assert s["dense_calls"] == {"not_video_self_attention": 5 * 3}
+    assert s["schedule"]["located"] and s["schedule"]["total_steps"] == 5
+    assert d.last_run is None and d.stats.forwards == 0     # the patch output did not run
+    # beta = -inf (every block exact) gives the unpatched model's output with the same shift
+    (plain_shift,) = shift.patch(wan.patcher, shift=3.0)
+    torch.testing.assert_close(out, H.sample(wan, steps=5, model=plain_shift), atol=1e-4, rtol=1e-4)
+    # sampling the patch output itself afterwards uses its own state, not the clone's
+    H.sample(wan, steps=2, model=m)
+    assert summary(pack, m)["sparse_calls"] == 2 * 3 and summary(pack, ms)["forwards"] == 5
+    assert "optimized_attention_override" not in wan.patcher.model_options.get("transformer_options", {})
+    for block in wan.patcher.model.diffusion_model.blocks:
+        assert not block.self_attn._forward_pre_hooks and not block.self_attn._forward_hooks
+
+
 def _live(pack, model):
     """The dispatcher with a forward in progress, as inside a real call (for rule tests)."""
     d = pack.patching.dispatcher_of(model)
@@ -317,8 +343,10 @@ def test_compiled_model_traces_the_custom_op(pack, wan):
         torch._dynamo.reset()
         m = patch(pack, wan.patcher, method=method, beta=1.0, warmup=0.0, dense_blocks="")
         set_torch_compile_wrapper(m, backend=backend)
-        H.sample(wan, steps=1, model=m)
-        torch._dynamo.reset()
+        try:
+            H.sample(wan, steps=1, model=m)
+        finally:  # no compiled code or guards left for later tests, also when sampling fails
+            torch._dynamo.reset()
         return list(graphs)
 
     sparse = compiled_graphs("sol_attn")

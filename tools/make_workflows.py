@@ -178,14 +178,16 @@ NEGATIVE_WAN = ("blurry, low quality, static frame, overexposed, jpeg artifacts,
                 "extra fingers, watermark, subtitles")
 
 SOL_DEFAULTS = dict(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exact", warmup=0.2,
-                    final_dense=0.0, dense_blocks="0", min_tokens=4096, reorder="off", backend="auto")
+                    final_dense=0.0, dense_blocks="0", min_tokens=4096, reorder="off", backend="auto",
+                    preset_grid="refuse")
 
 
 def note_text(model: str, method: str, lines: list[str]) -> str:
     body = "\n".join(f"- {line}" for line in lines)
     return (f"Sparse attention for {model} ({method})\n\n"
             f"Recommended settings:\n{body}\n"
-            "- keep the patch last in the model chain, right before the sampler\n\n"
+            "- the patch can sit anywhere between the model loader and the sampler: model nodes after it "
+            "(ModelSamplingSD3, LoRA loaders) keep it\n\n"
             "Speed: the kernels' measured speed-ups over cuDNN attention (H200) are in BENCHMARKS.md of the "
             "sparse-video-attention pack; nothing has been measured on a full video of this model yet, so compare "
             "with the patch node bypassed (Ctrl+B) on your own GPU.\n\n"
@@ -210,12 +212,15 @@ def wan21_t2v(info) -> dict:
     dec = g.node("VAEDecode", (1280, 310), {}, (220, 50))
     vid = g.node("CreateVideo", (1280, 400), {"fps": 16.0}, (220, 80))
     save = g.node("SaveVideo", (1640, 0), {"filename_prefix": "video/wan21_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    insp = g.node("SparseAttentionInspector", (1640, 460), {"mask_layer": 0}, (420, 520), color=PATCH_COLOR)
     g.node("Note", (0, 400), {"text": note_text("Wan 2.1 T2V 14B, 1280x720, 81 frames", "Sol-Attn", [
         "method sol_attn, beta 1.5 (about 7 % of key blocks computed exactly; 1.0 is about 16 %)",
         "warmup 0.2: the first 20 % of the steps stay dense; dense_blocks 0: the first block stays dense",
         "min_tokens 4096: short sequences stay dense (720p x 81 frames is 75,600 tokens)",
         "reorder off; try 1,4,16 to make each 64-token block a compact 3D patch",
-        "sampler as Wan recommends for 14B T2V: 30 steps, cfg 5, shift 8"])}, (380, 330), title="Read me")
+        "sampler as Wan recommends for 14B T2V: 30 steps, cfg 5, shift 8",
+        "Sparse Attention Inspector (after the sampler): achieved density per block x step and per head of "
+        "the last run, grey = dense; its summary output is the same as JSON"])}, (380, 360), title="Read me")
     g.link(unet, 0, shift, "model")
     g.link(shift, 0, patch, "model")
     g.link(patch, 0, ks, "model")
@@ -228,6 +233,8 @@ def wan21_t2v(info) -> dict:
     g.link(vae, 0, dec, "vae")
     g.link(dec, 0, vid, "images")
     g.link(vid, 0, save, "video")
+    g.link(patch, 0, insp, "model")
+    g.link(ks, 0, insp, "samples")
     g.group("Models", (-20, -60, 420, 440))
     g.group("Sparse attention", (420, -60, 380, 500), color="#3f8f6e")
     return g.to_json()
