@@ -277,10 +277,10 @@ def link_custom_node(base_dir: Path, name: str, target: Path):
 
 def start_server(base_dir: Path, pack_dir: Path = REPO_ROOT, timeout_s: float = 180, *, cpu: bool = True,
                  extra_nodes: dict | None = None, extra_model_paths: list | tuple = (),
-                 env: dict | None = None) -> ComfyUIServer:
+                 extra_args: list | tuple = (), env: dict | None = None) -> ComfyUIServer:
     """``main.py [--cpu] --listen 127.0.0.1 --port <free>`` with this pack as custom node
     (plus ``extra_nodes``: custom-node folder name -> directory) and ``--extra-model-paths-config``
-    for each file of ``extra_model_paths``. ``env`` is added to this process's environment
+    for each file of ``extra_model_paths``, then ``extra_args``. ``env`` is added to this process's environment
     (which carries TRITON_INTERPRET=1 from tests/conftest.py on CPU machines)."""
     comfy_dir = prepared_comfyui_dir()
     base_dir = Path(base_dir).resolve()
@@ -293,6 +293,7 @@ def start_server(base_dir: Path, pack_dir: Path = REPO_ROOT, timeout_s: float = 
            "--port", str(port), "--base-directory", str(base_dir), "--disable-auto-launch", "--disable-metadata"]
     for path in extra_model_paths:
         cmd += ["--extra-model-paths-config", str(path)]
+    cmd += list(extra_args)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(cmd, cwd=comfy_dir, stdout=log, stderr=subprocess.STDOUT,
                                    env={**os.environ, **(env or {})})
