@@ -72,3 +72,21 @@ def test_demo_fails_with_a_message(tmp_path):
     assert proc.returncode == 1
     assert "make demo FAILED" in proc.stderr and str(missing) in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_configured_models_folder_becomes_an_extra_model_paths_file(tmp_path, monkeypatch):
+    sys.path.insert(0, str(REPO / "tools"))
+    import demo
+    models = tmp_path / "models"
+    models.mkdir()
+    monkeypatch.setenv("SVATTN_MODELS_DIR", str(models))
+    monkeypatch.delenv("SVATTN_EXTRA_MODEL_PATHS", raising=False)
+    monkeypatch.delenv("COMFYUI_PATH", raising=False)
+    configs, sources = demo.configured_model_paths(tmp_path)
+    assert sources == [f"SVATTN_MODELS_DIR={models}"] and len(configs) == 1
+    text = configs[0].read_text()
+    assert json.dumps(str(models.resolve())) in text and '"diffusion_models\\nunet"' in text
+    monkeypatch.setenv("SVATTN_MODELS_DIR", str(tmp_path / "missing"))
+    with pytest.raises(demo.DemoError, match="SVATTN_MODELS_DIR"):
+        demo.configured_model_paths(tmp_path)
+

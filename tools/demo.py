@@ -71,20 +71,27 @@ class DemoError(RuntimeError):
 # Where the model files come from
 # --------------------------------------------------------------------------------------------
 
-def configured_model_paths(base: Path) -> list[Path]:
-    """extra_model_paths.yaml files for the configured models folders (written into ``base``
-    for a plain models folder)."""
+def configured_model_paths(base: Path) -> tuple[list[Path], list[str]]:
+    """(extra_model_paths.yaml files for the configured models folders, written into ``base``
+    for a plain models folder; where each setting came from, for the report)."""
     configs = [Path(p) for p in os.environ.get("SVATTN_EXTRA_MODEL_PATHS", "").split(os.pathsep) if p]
-    folders = [Path(p) for p in [os.environ.get("SVATTN_MODELS_DIR")] if p]
-    comfy_path = os.environ.get("COMFYUI_PATH")
-    if comfy_path:
-        folders.append(Path(comfy_path) / "models")
-        if (Path(comfy_path) / "extra_model_paths.yaml").is_file():
-            configs.append(Path(comfy_path) / "extra_model_paths.yaml")
     for path in configs:
         if not path.is_file():
             raise DemoError(f"SVATTN_EXTRA_MODEL_PATHS: {path} is not a file")
-    for i, folder in enumerate(f for f in folders if f.is_dir()):
+    sources = [f"SVATTN_EXTRA_MODEL_PATHS={p}" for p in configs]
+    folders = [(Path(p), f"SVATTN_MODELS_DIR={p}") for p in [os.environ.get("SVATTN_MODELS_DIR")] if p]
+    comfy_path = os.environ.get("COMFYUI_PATH")
+    if comfy_path:
+        if (Path(comfy_path) / "models").is_dir():
+            folders.append((Path(comfy_path) / "models", f"COMFYUI_PATH models {Path(comfy_path) / 'models'}"))
+        if (Path(comfy_path) / "extra_model_paths.yaml").is_file():
+            configs.append(Path(comfy_path) / "extra_model_paths.yaml")
+            sources.append(f"COMFYUI_PATH {configs[-1]}")
+    for folder, source in folders:
+        if not folder.is_dir():
+            raise DemoError(f"{source}: not a folder")
+    for i, (folder, source) in enumerate(folders):
+        sources.append(source)
         # ComfyUI's extra_model_paths.yaml format; JSON strings are valid YAML scalars
         lines = [f"svattn_models_{i}:", f"  base_path: {json.dumps(str(folder.resolve()))}"]
         for key, subs in (("diffusion_models", "diffusion_models\nunet"), ("text_encoders", "text_encoders\nclip"),
@@ -93,7 +100,7 @@ def configured_model_paths(base: Path) -> list[Path]:
         path = base / f"svattn_models_{i}.yaml"
         path.write_text("\n".join(lines) + "\n")
         configs.append(path)
-    return configs
+    return configs, sources
 
 
 def model_files(prompt: dict) -> list[tuple[str, str, str]]:
@@ -279,7 +286,7 @@ def demo(out_dir: Path, base: Path, steps: int | None, timeout_s: float) -> list
         os.environ.setdefault("TRITON_INTERPRET", "1")
     if not WORKFLOW.is_file():
         raise DemoError(f"{WORKFLOW} is missing")
-    extra_model_paths = configured_model_paths(base)
+    extra_model_paths, sources = configured_model_paths(base)
     # On the CPU ComfyUI would pick its chunked sub-quadratic attention, which is far slower
     # than PyTorch's SDPA; the dense baseline uses SDPA, as ComfyUI does on CUDA by default.
     extra_args = [] if cuda else ["--use-pytorch-cross-attention"]
@@ -309,7 +316,7 @@ def demo(out_dir: Path, base: Path, steps: int | None, timeout_s: float) -> list
                "comfyui_version": server.get_json("/system_stats")["system"].get("comfyui_version", "?"),
                "device": torch.cuda.get_device_name(0) if cuda else "the CPU (--cpu --use-pytorch-cross-attention)"}
         if not missing:
-            ctx["models"] = ("the workflow's real files, from " + ", ".join(map(str, extra_model_paths)))
+            ctx["models"] = "the workflow's real files, found through " + ", ".join(sources)
             patch = prompt[only(prompt, "SparseAttentionPatch")]["inputs"]
             if patch["backend"] != backend:
                 ctx["changes"].append(f"SparseAttentionPatch backend {patch['backend']} -> {backend}")
@@ -319,8 +326,7 @@ def demo(out_dir: Path, base: Path, steps: int | None, timeout_s: float) -> list
                 ctx["changes"].append(f"KSampler steps {sampler['steps']} -> {steps}")
                 sampler["steps"] = steps
         else:
-            where = "no models folder configured" if not extra_model_paths else \
-                f"not found through {', '.join(map(str, extra_model_paths))}"
+            where = "no models folder configured" if not sources else f"not found through {', '.join(sources)}"
             written = write_tiny_models(base, cuda)
             ctx["models"] = (f"tiny stand-ins under the official names ({where}: {', '.join(missing)}): "
                              f"{', '.join(p.name for p in written)} (Wan 2.1 T2V class, {TINY_LAYERS} blocks x "
