@@ -67,7 +67,8 @@ def test_demo_writes_the_inspector_pngs(demo_run):
 def test_demo_fails_with_a_message(tmp_path):
     missing = tmp_path / "no_such_extra_model_paths.yaml"
     proc = subprocess.run([sys.executable, str(DEMO), "--out", str(tmp_path / "out")], cwd=REPO,
-                          env=_env(SVATTN_EXTRA_MODEL_PATHS=str(missing)), capture_output=True, text=True,
+                          env=_env(SVATTN_EXTRA_MODEL_PATHS=str(missing), TMPDIR=str(tmp_path)),  # the kept base dir
+                          capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 1
     assert "make demo FAILED" in proc.stderr and str(missing) in proc.stderr
