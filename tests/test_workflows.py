@@ -1,15 +1,15 @@
 """The example workflows (workflows/*.json) as a user meets them.
 
-One real ComfyUI server (main.py --cpu, this pack installed, plus the test-only text-encoder
-stand-in of tests/workflow_stub_nodes) serves every test here. Its models folder holds tiny
-files under the official names the workflows load (tests/workflow_tiny_files.py).
+One real ComfyUI server (main.py --cpu, this pack installed, plus the text-encoder stand-in
+of tools/tiny_text_encode) serves every test here. Its models folder holds tiny files under
+the official names the workflows load (tools/tiny_models.py, shared with ``make demo``).
 
 * test_workflow_matches_object_info: node types exist (core or this pack only), widget
   values line up with /object_info (count, combo options, number bounds), links join
   matching types, a Note points at BENCHMARKS.md.
 * test_workflow_loads_in_web_ui (needs chromium): the real web UI in headless Chromium loads
   the file: no missing node type, every widget holds the saved value and a valid one, and the
-  frontend's own graphToPrompt gives the same API prompt as tests/workflow_convert.py.
+  frontend's own graphToPrompt gives the same API prompt as tools/workflow_api.py.
 * test_workflow_runs_on_cpu: UI -> API, submitted to /prompt, executed to the end (video
   saved), and the run summary the patch node logs shows sparse attention calls.
 """
@@ -18,18 +18,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import shutil
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-import comfyui_harness as h
-import workflow_convert as wc
-import workflow_tiny_files as tiny
+import comfyui_harness as h  # puts tools/ on sys.path
+import tiny_models as tiny
+import workflow_api as wc
+from comfyui_server import SUMMARY_RE
 
 WORKFLOWS_DIR = h.REPO_ROOT / "workflows"
 WORKFLOWS = {
@@ -90,7 +88,7 @@ def server(tmp_path_factory, comfyui):
     so that ComfyUI's modules are importable here for writing the tiny files.)"""
     base = tmp_path_factory.mktemp("workflow-server")
     (base / "custom_nodes").mkdir()
-    (base / "custom_nodes" / "svattn_test_stubs").symlink_to(Path(__file__).parent / "workflow_stub_nodes")
+    (base / "custom_nodes" / tiny.TEXT_ENCODE_NODE_FOLDER).symlink_to(tiny.TEXT_ENCODE_NODE_DIR)
     MODEL_CACHE.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     for family in tiny.FILES:
@@ -301,41 +299,13 @@ def test_workflow_loads_in_web_ui(server, page, name):
 # Executing each workflow on the CPU
 # --------------------------------------------------------------------------------------------
 
-SUMMARY_RE = re.compile(r"\[sparse-video-attention\] (\S+) (\S+): (\d+) forwards, (\d+) attention calls, "
-                        r"(\d+) sparse \(mean density ([^)]*)\), dense: (.*)")
-
-
-def _post(url: str, payload: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        raise AssertionError(f"/prompt refused the workflow: {e.read().decode()[:4000]}") from None
-
-
-def run_prompt(server, prompt: dict, timeout_s: float = 600) -> dict:
-    pid = _post(server.url + "/prompt", {"prompt": prompt, "client_id": "svattn-tests"})["prompt_id"]
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        hist = server.get_json(f"/history/{pid}")
-        if pid in hist and hist[pid].get("status", {}).get("completed") is not None:
-            entry = hist[pid]
-            if entry["status"]["status_str"] != "success":
-                msgs = [m for m in entry["status"].get("messages", []) if m[0] == "execution_error"]
-                raise AssertionError(f"execution failed: {json.dumps(msgs)[:4000]}")
-            return entry
-        time.sleep(0.5)
-    raise TimeoutError(f"prompt {pid} did not finish in {timeout_s} s")
-
-
 @pytest.mark.parametrize("name", sorted(WORKFLOWS))
 def test_workflow_runs_on_cpu(server, name):
     family = WORKFLOWS[name]
     prompt, changed = wc.tiny_run_prompt(wc.ui_to_api(load(name), server.object_info), family)
     log_before = server.log_path.read_text(errors="replace")
     t0 = time.perf_counter()
-    entry = run_prompt(server, prompt)
+    entry = server.run_prompt(prompt)
     elapsed = time.perf_counter() - t0
     log = server.log_path.read_text(errors="replace")[len(log_before):]
     # the video was written
@@ -374,6 +344,6 @@ def test_patch_survives_a_later_model_node(server):
     prompt[patch]["inputs"]["model"], prompt[shift]["inputs"]["model"] = prompt[shift]["inputs"]["model"], [patch, 0]
     prompt[sampler]["inputs"]["model"] = [shift, 0]
     log_before = len(server.log_path.read_text(errors="replace"))
-    run_prompt(server, prompt)
+    server.run_prompt(prompt)
     summaries = [m.groups() for m in SUMMARY_RE.finditer(server.log_path.read_text(errors="replace")[log_before:])]
     assert len(summaries) == 1 and int(summaries[0][4]) > 0, summaries

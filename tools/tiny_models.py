@@ -1,10 +1,14 @@
 """Tiny stand-ins for the model files the example workflows load, in the real key layouts.
 
+Used by the workflow tests (tests/test_workflows.py), the in-process harness
+(tests/comfyui_harness.py) and ``make demo`` (tools/demo.py). Needs ComfyUI importable
+(tools/comfyui_server.py ``import_comfy``) before any function here is called.
+
 ``write_models(models_dir, family)`` writes, under the *official* file names the workflows
 reference, files that ComfyUI 0.3.75's own loaders detect as the real thing:
 
-* diffusion models (UNETLoader, ``models/diffusion_models/``): the harness builders' state
-  dicts (ComfyUI's own model classes) saved as safetensors;
+* diffusion models (UNETLoader, ``models/diffusion_models/``): state dicts of ComfyUI's own
+  model classes with deterministic random weights (``model_state_dict``), saved as safetensors;
 * the Wan 2.1 VAE (VAELoader): ``comfy.ldm.wan.vae.WanVAE`` with a small base ``dim`` (the
   loader reads ``dim`` from ``decoder.head.0.gamma``, so any size is detected);
 * the LTX-Video checkpoint (CheckpointLoaderSimple): transformer + VAE in one file with the
@@ -15,9 +19,9 @@ reference, files that ComfyUI 0.3.75's own loaders detect as the real thing:
 
 Not possible with tiny files (the loaders build fixed-size models from JSON configs inside
 ComfyUI and ignore the file's shapes): the UMT5-XXL (Wan), T5-XXL (LTXV) and llava-llama-3-8B
-+ CLIP-L (HunyuanVideo) text encoders. The run test replaces CLIPLoader/DualCLIPLoader +
-CLIPTextEncode by the test-only node in ``tests/workflow_stub_nodes`` (conditioning of the
-real shapes); see ``TEXT_ENCODER_STAND_IN``.
++ CLIP-L (HunyuanVideo) text encoders. Runs on tiny files replace CLIPLoader/DualCLIPLoader +
+CLIPTextEncode by the stand-in node in ``tools/tiny_text_encode`` (``TEXT_ENCODE_NODE_DIR``;
+conditioning of the real shapes, see tools/workflow_api.py ``tiny_run_prompt``).
 """
 from __future__ import annotations
 
@@ -25,7 +29,33 @@ import json
 import math
 from pathlib import Path
 
-import comfyui_harness as h
+# The custom-node folder of the text-encoder stand-in (linked into custom_nodes/ next to the pack).
+TEXT_ENCODE_NODE_DIR = Path(__file__).resolve().parent / "tiny_text_encode"
+TEXT_ENCODE_NODE_FOLDER = "svattn_tiny_text_encode"
+
+
+def init_weights(module, seed: int):
+    """Deterministic, well-scaled random weights (ComfyUI's ops skip initialisation)."""
+    import torch
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in sorted(module.named_parameters(), key=lambda kv: kv[0]):
+            leaf = name.rsplit(".", 1)[-1]
+            if p.ndim >= 2 and leaf == "weight":
+                fan_in = math.prod(p.shape[1:])
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
+            elif p.ndim == 1 and ("norm" in name or leaf == "scale") and leaf in ("weight", "scale"):
+                p.copy_(1.0 + 0.05 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(0.02 * torch.randn(p.shape, generator=gen))
+
+
+def model_state_dict(model_cls, seed: int, **config) -> dict:
+    """The state dict of ``model_cls(**config)`` (a ComfyUI model class) with init_weights."""
+    import comfy.ops
+    model = model_cls(operations=comfy.ops.disable_weight_init, device="cpu", **config)
+    init_weights(model, seed)
+    return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
 
 # Official file names (Comfy-Org repackaged releases / Lightricks), as the workflows use them.
 FILES = {
@@ -64,7 +94,7 @@ def _save(sd: dict, path: Path, metadata: dict | None = None):
 
 
 def _module_state_dict(module, seed: int, dtype=None) -> dict:
-    h._init_weights(module, seed)
+    init_weights(module, seed)
     return {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach()).clone()
             for k, v in module.state_dict().items()}
 
@@ -76,7 +106,7 @@ def wan22_i2v_state_dict(seed: int) -> dict:
     config = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=36, dim=128, ffn_dim=256,
                   freq_dim=256, text_dim=4096, out_dim=16, num_heads=1, num_layers=2, window_size=(-1, -1),
                   qk_norm=True, cross_attn_norm=True, eps=1e-6)
-    return h._state_dict(comfy.ldm.wan.model.WanModel, seed, **config)
+    return model_state_dict(comfy.ldm.wan.model.WanModel, seed, **config)
 
 
 def wan_vae_state_dict(seed: int = 0, dim: int = 16) -> dict:
@@ -105,7 +135,7 @@ def ltxv_checkpoint(seed: int) -> tuple[dict, dict]:
     import comfy.ldm.lightricks.vae.causal_video_autoencoder as cva
     t = LTXV_TINY_TRANSFORMER
     inner = t["num_attention_heads"] * t["attention_head_dim"]
-    dm = h._state_dict(comfy.ldm.lightricks.model.LTXVModel, seed, in_channels=128, cross_attention_dim=inner,
+    dm = model_state_dict(comfy.ldm.lightricks.model.LTXVModel, seed, in_channels=128, cross_attention_dim=inner,
                        attention_head_dim=t["attention_head_dim"], num_attention_heads=t["num_attention_heads"],
                        caption_channels=4096, num_layers=t["num_layers"])
     vae = cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG))
@@ -131,20 +161,25 @@ def hunyuan_vae_state_dict(seed: int = 0) -> dict:
     return _module_state_dict(vae, seed, dtype=torch.bfloat16)
 
 
-def write_models(models_dir: Path, family: str, cache_dir: Path | None = None) -> list[Path]:
-    """Write the tiny files of ``family`` (a key of FILES) under ``models_dir``; return them."""
+def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *, wan_layers: int = 2,
+                 wan_heads: int = 1, wan_vae_dim: int = 16) -> list[Path]:
+    """Write the tiny files of ``family`` (a key of FILES) under ``models_dir``; return them.
+
+    ``wan_layers``/``wan_heads``/``wan_vae_dim``: size of the Wan 2.1 T2V stand-in (head dim
+    128, the real one) and of its VAE's base width."""
     models_dir = Path(models_dir)
     written = []
     if family == "wan21_t2v":
         import comfy.ldm.wan.model
-        config = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=128, ffn_dim=256,
-                      freq_dim=256, text_dim=4096, out_dim=16, num_heads=1, num_layers=2, window_size=(-1, -1),
-                      qk_norm=True, cross_attn_norm=True, eps=1e-6)
-        sd = h._state_dict(comfy.ldm.wan.model.WanModel, 0, **config)
+        dim = 128 * wan_heads  # ComfyUI's detection reads heads = dim // 128
+        config = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=dim, ffn_dim=2 * dim,
+                      freq_dim=256, text_dim=4096, out_dim=16, num_heads=wan_heads, num_layers=wan_layers,
+                      window_size=(-1, -1), qk_norm=True, cross_attn_norm=True, eps=1e-6)
+        sd = model_state_dict(comfy.ldm.wan.model.WanModel, 0, **config)
         written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
         _save(sd, written[-1])
         written.append(models_dir / "vae" / FILES[family]["vae"][0])
-        _save(wan_vae_state_dict(), written[-1])
+        _save(wan_vae_state_dict(dim=wan_vae_dim), written[-1])
     elif family == "wan22_i2v":
         for i, name in enumerate(FILES[family]["diffusion_models"]):
             written.append(models_dir / "diffusion_models" / name)
@@ -158,7 +193,7 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None) -
                       depth_single_blocks=1, axes_dim=[16, 56, 56], theta=256, patch_size=[1, 2, 2], qkv_bias=True,
                       guidance_embed=True, byt5=False, meanflow=False, use_cond_type_embedding=False,
                       vision_in_dim=None)
-        sd = h._state_dict(comfy.ldm.hunyuan_video.model.HunyuanVideo, 0, **config)
+        sd = model_state_dict(comfy.ldm.hunyuan_video.model.HunyuanVideo, 0, **config)
         written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
         _save(sd, written[-1])
         vae_path = models_dir / "vae" / FILES[family]["vae"][0]

@@ -1,4 +1,6 @@
-"""UI-format workflow -> API prompt, and the changes the CPU run test makes to it.
+"""UI-format workflow -> API prompt, and the changes a run on tiny stand-in files needs.
+
+Shared by tests/test_workflows.py and ``make demo`` (tools/demo.py).
 
 ``ui_to_api`` does what the frontend's graphToPrompt does for the graphs in workflows/ (no
 subgraphs, reroutes or bypassed nodes there): notes are dropped, widget values are matched to
@@ -22,7 +24,22 @@ widget_layout = make_workflows.widget_layout
 socket_inputs = make_workflows.socket_inputs
 
 
-def ui_to_api(workflow: dict, object_info: dict) -> dict:
+def widget_default(object_info: dict, node_type: str, name: str):
+    """The value the frontend gives a new widget: its default, else a combo's first option."""
+    spec = {**object_info[node_type]["input"].get("required", {}),
+            **object_info[node_type]["input"].get("optional", {})}[name]
+    opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+    if "default" in opts:
+        return opts["default"]
+    options = spec[0] if isinstance(spec[0], list) else opts.get("options", [])
+    return options[0] if options else None
+
+
+def ui_to_api(workflow: dict, object_info: dict, defaults_used: list | None = None) -> dict:
+    """The API prompt of a UI-format workflow. A node with fewer widget values than
+    /object_info has widgets is an error, unless ``defaults_used`` is a list: then, as the
+    frontend does with a workflow saved before a node gained widgets, the missing trailing
+    widgets take their defaults, and ``"<id> <type>.<widget> = <default>"`` is appended to it."""
     links = {link[0]: link for link in workflow["links"]}
     prompt = {}
     for node in workflow["nodes"]:
@@ -30,7 +47,13 @@ def ui_to_api(workflow: dict, object_info: dict) -> dict:
             continue
         inputs = {}
         layout = widget_layout(object_info, node["type"])
-        values = node.get("widgets_values", [])
+        values = list(node.get("widgets_values", []))
+        if defaults_used is not None and len(values) < len(layout):
+            for name, kind in layout[len(values):]:
+                values.append(None if kind in ("control", "upload") else
+                              widget_default(object_info, node["type"], name))
+                if kind not in ("control", "upload"):
+                    defaults_used.append(f"{node['id']} {node['type']}.{name} = {values[-1]!r}")
         if len(values) != len(layout):
             raise ValueError(f"node {node['id']} {node['type']}: {len(values)} widget values, "
                              f"/object_info gives {len(layout)} widgets {[n for n, _ in layout]}")
@@ -63,13 +86,15 @@ HUNYUAN_TINY_SIZE = {"width": 128, "height": 64, "length": 9}                 # 
 HUNYUAN_TINY_GRID = (3, 4, 8)
 
 
-def tiny_run_prompt(prompt: dict, family: str, steps: int = 3) -> tuple[dict, list[str]]:
-    """The prompt the CPU run test submits, and a list of what was changed (for messages).
+def tiny_run_prompt(prompt: dict, family: str, steps: int = 3, *, sizes: dict | None = None,
+                    backend: str = "reference") -> tuple[dict, list[str]]:
+    """The prompt a run on tiny stand-in files submits, and a list of what was changed.
 
-    Changes: text encoders -> stub (see workflow_stub_nodes); latent sizes -> TINY_SIZES;
-    sampling steps -> ``steps`` (KSamplerAdvanced keeps its stage split at the same fraction);
-    Sparse Attention Patch: backend 'reference' (the float reference of the same kernels,
-    which runs on the CPU) and min_tokens 0 (the tiny videos are a few dozen tokens).
+    Changes: text encoders -> stand-in (see tools/tiny_text_encode); latent sizes -> TINY_SIZES
+    (or ``sizes``: width/height/length for every latent node); sampling steps -> ``steps``
+    (KSamplerAdvanced keeps its stage split at the same fraction); Sparse Attention Patch:
+    ``backend`` ('reference': the float reference of the same kernels, which runs on the CPU)
+    and min_tokens 0 (the tiny videos are a few dozen tokens).
     Every other node and widget, model file names included, is as shipped."""
     p = copy.deepcopy(prompt)
     changed = []
@@ -82,10 +107,12 @@ def tiny_run_prompt(prompt: dict, family: str, steps: int = 3) -> tuple[dict, li
             node["inputs"] = {"text": inputs["text"], "encoder": encoder, "tokens": 16}
             changed.append(f"{nid} CLIPTextEncode -> {STUB_TEXT_ENCODE}({encoder})")
         elif ct in TINY_SIZES:
-            sizes = HUNYUAN_TINY_SIZE if family == "hunyuan_video" else TINY_SIZES[ct]
-            inputs.update(sizes)
-            changed.append(f"{nid} {ct} size -> {sizes}")
+            size = sizes or (HUNYUAN_TINY_SIZE if family == "hunyuan_video" else TINY_SIZES[ct])
+            inputs.update(size)
+            changed.append(f"{nid} {ct} size -> {size}")
         elif ct == "KSampler":
+            if inputs["steps"] != steps:
+                changed.append(f"{nid} KSampler steps {inputs['steps']} -> {steps}")
             inputs["steps"] = steps
         elif ct == "KSamplerAdvanced":
             total = inputs["steps"]
@@ -97,9 +124,9 @@ def tiny_run_prompt(prompt: dict, family: str, steps: int = 3) -> tuple[dict, li
         elif ct == "LTXVScheduler":
             inputs["steps"] = steps
         elif ct == "SparseAttentionPatch":
-            inputs["backend"] = "reference"
+            inputs["backend"] = backend
             inputs["min_tokens"] = 0
-            changed.append(f"{nid} SparseAttentionPatch backend reference, min_tokens 0")
+            changed.append(f"{nid} SparseAttentionPatch backend {backend}, min_tokens 0")
     for nid in [n for n, node in p.items() if node["class_type"] in TEXT_ENCODER_LOADERS]:
         del p[nid]
         changed.append(f"{nid} text encoder loader removed")
