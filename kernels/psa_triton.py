@@ -3,8 +3,9 @@
 The kernel works in PSABlock-major order (``layout.TileLayout`` with 3D padding): grid
 blocks of ``BLOCK_TOKENS`` slots whose real tokens come first, then the extra (text) tokens
 cut into blocks of the same size. It reads q/k/v and writes the output in their own (B, L,
-H, D) order through a slot → token map, so no permuted or padded copy is ever made. A program owns one query tile (up to 128 rows of one
-block) and walks that block's key list with the shared tile loop: full blocks unmasked,
+H, D) order through a slot → token map, so no permuted or padded copy is ever made. A
+program owns one query tile (up to 128 rows of one block) and walks that block's key list
+with the shared tile loop: full blocks unmasked,
 short blocks (padding, the last text block) masked. The lists come from a schedule computed
 once per (grid, tile, params, extra tokens) and cached; the programs run heaviest first, so
 heads of very different density do not leave a tail of idle multiprocessors.
@@ -18,7 +19,7 @@ import triton.language as tl
 
 from .tile_loop import (
     NEG_BIG,
-    attend_full_blocks_tma,
+    attend_full_blocks,
     attend_listed_blocks,
     dot_dtype_for,
     grid_descriptors,
@@ -65,17 +66,12 @@ def _psa_kernel(
         ids = LIST_IDS + hq.to(tl.int64) * list_stride
         n_full = tl.load(LIST_COUNTS + hq * 2)
         n_short = tl.load(LIST_COUNTS + hq * 2 + 1)
-        if TMA:
-            # Full blocks are then whole grid tiles, fetched as 3D boxes in the caller's order.
-            desc_b = b if HEADS_IN_COLUMNS else b * num_heads + h
-            desc_col = h * HEAD_DIM if HEADS_IN_COLUMNS else 0
-            acc, l_i, m_i = attend_full_blocks_tma(
-                acc, l_i, m_i, q, K_DESC, V_DESC, desc_b, desc_col, ids, n_full, grid_hw, grid_w,
-                qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE)
-        else:
-            acc, l_i, m_i = attend_listed_blocks(
-                acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
-                qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER, OFFSET_DTYPE)
+        # With TMA, full blocks are whole grid tiles fetched as 3D boxes in the caller's order.
+        acc, l_i, m_i = attend_full_blocks(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
+            K_DESC, V_DESC, b, h, num_heads, grid_hw, grid_w, qk_scale_log2,
+            BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, GATHER, OFFSET_DTYPE, TMA, HEADS_IN_COLUMNS,
+            TILE_T, TILE_H, TILE_W, SUB_T)
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
             qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER, OFFSET_DTYPE)

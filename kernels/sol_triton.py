@@ -21,11 +21,12 @@ import triton.language as tl
 
 from .tile_loop import (
     NEG_BIG,
-    attend_full_blocks_tma,
+    attend_full_blocks,
     attend_listed_blocks,
     dot_dtype_for,
     grid_descriptors,
     row_offset_dtype,
+    softmax_update,
 )
 
 SOL_BLOCK_M = 64
@@ -99,17 +100,13 @@ def _sol_kernel(
                 tl.store(stage + pos, cols, mask=listed)
                 n_full += tl.sum(listed.to(tl.int32), 0)
                 if CORRECTION:
+                    # Every unpicked block is one column standing for its len_j keys.
                     approx = col_ok & (picked == 0)
                     s2 = tl.where(approx[None, :], s * 1.4426950408889634, float("-inf"))
-                    m_new = tl.maximum(m_i, tl.max(s2, 1))
-                    alpha = tl.math.exp2(m_i - m_new)
-                    p = tl.math.exp2(s2 - m_new[:, None])
                     lens = tl.load(BLOCK_LEN + cols, mask=col_ok, other=0.0)
-                    l_i = l_i * alpha + tl.sum(p * lens[None, :], 1)
                     vp = tl.load(V_POOL + pool_off + cols[:, None] * HEAD_DIM + offs_d[None, :],
                                  mask=col_ok[:, None], other=0.0)
-                    acc = tl.dot(p.to(DOT_DTYPE), vp.to(DOT_DTYPE), acc * alpha[:, None])
-                    m_i = m_new
+                    acc, l_i, m_i = softmax_update(acc, l_i, m_i, s2, vp, DOT_DTYPE, lens, True)
             if TAIL_RAGGED:
                 tl.store(tail_slot, last_block)
             # Make the staged indices visible to every thread of the program.
@@ -122,17 +119,12 @@ def _sol_kernel(
             n_tail = tl.load(LIST_COUNTS + (bh * num_blocks + qblk) * 2 + 1)
             full_ids = list_row
             tail_ids = list_row + n_full
-        if TMA:
-            # Sol's key blocks are the tiles (64, 1, 1) of the token "grid" (L, 1, 1).
-            desc_b = b if HEADS_IN_COLUMNS else b * num_heads + h
-            desc_col = h * HEAD_DIM if HEADS_IN_COLUMNS else 0
-            acc, l_i, m_i = attend_full_blocks_tma(
-                acc, l_i, m_i, q, K_DESC, V_DESC, desc_b, desc_col, full_ids, n_full, 1, 1,
-                qk_scale_log2, BLOCK_M, 1, 1, BLOCK_M, HEAD_DIM, DOT_DTYPE)
-        else:
-            acc, l_i, m_i = attend_listed_blocks(
-                acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
-                qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, False, DOT_DTYPE, False, OFFSET_DTYPE)
+        # Sol's key blocks are the tiles (64, 1, 1) of the token "grid" (L, 1, 1).
+        acc, l_i, m_i = attend_full_blocks(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
+            K_DESC, V_DESC, b, h, num_heads, 1, 1, qk_scale_log2,
+            BLOCK_M, BLOCK_M, HEAD_DIM, DOT_DTYPE, False, OFFSET_DTYPE, TMA, HEADS_IN_COLUMNS,
+            BLOCK_M, 1, 1, BLOCK_M)
         if TAIL_RAGGED:
             acc, l_i, m_i = attend_listed_blocks(
                 acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN, BLOCK_LEN,

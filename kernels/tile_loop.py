@@ -14,6 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
+
 def dot_dtype_for(dtype: torch.dtype):
     """Operand dtype of the tile loop's dots. Triton's CPU interpreter computes bf16 dots
     wrongly, so interpreted bf16 runs in float32 (CUDA always uses the input dtype)."""
@@ -29,12 +30,20 @@ NEG_BIG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
-    """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D) into the state."""
+def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr, col_weight=None, WEIGHTED: tl.constexpr = False):
+    """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D) into the state.
+
+    WEIGHTED: column j stands for ``col_weight[j]`` keys sharing one score (Sol's pooled
+    blocks: weight = block length, ``v`` = summed values), so it counts that many times in
+    the denominator.
+    """
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.math.exp2(m_i - m_new)
     p = tl.math.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + tl.sum(p, 1)
+    if WEIGHTED:
+        l_i = l_i * alpha + tl.sum(p * col_weight[None, :], 1)
+    else:
+        l_i = l_i * alpha + tl.sum(p, 1)
     # The rescaled accumulator goes into the MMA as its C operand: no separate add.
     acc = tl.dot(p.to(P_DTYPE), v.to(P_DTYPE), acc * alpha[:, None])
     return acc, l_i, m_new
@@ -117,6 +126,32 @@ def attend_full_blocks_tma(
     return acc, l_i, m_i
 
 
+@triton.jit
+def attend_full_blocks(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_kn, block_ids, count, block_len, row_map,
+    k_desc, v_desc, b, h, num_heads, grid_hw, grid_w,
+    qk_scale_log2,
+    BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
+    TMA: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr,
+    TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
+):
+    """The unmasked loop of both kernels: TMA boxes when ``grid_descriptors`` made descriptors,
+    else the pointer loop. The box coordinates follow ``grid_descriptors``' two layouts."""
+    if TMA:
+        desc_b = b if HEADS_IN_COLUMNS else b * num_heads + h
+        desc_col = h * HEAD_DIM if HEADS_IN_COLUMNS else 0
+        acc, l_i, m_i = attend_full_blocks_tma(
+            acc, l_i, m_i, q, k_desc, v_desc, desc_b, desc_col, block_ids, count, grid_hw, grid_w,
+            qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE)
+    else:
+        acc, l_i, m_i = attend_listed_blocks(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, block_ids, count, block_len, row_map,
+            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER, OFFSET_DTYPE)
+    return acc, l_i, m_i
+
+
 def grid_descriptors(tensors, grid, sub_tile):
     """5D TMA descriptors viewing the first T·H·W tokens of (B, L, heads, D) tensors as a grid.
 
@@ -157,8 +192,6 @@ def grid_descriptors(tensors, grid, sub_tile):
 
 
 def _tma_available() -> bool:
-    import torch
-
     return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
