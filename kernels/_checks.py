@@ -6,6 +6,7 @@ what is accepted, so a bad call is fixed from the message alone.
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
@@ -55,6 +56,19 @@ def triton_interpreting() -> bool:
     import os
 
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def check_int(value, name: str, minimum: int) -> int:
+    """``value`` as a Python int >= minimum (bools and floats refused), else ValueError."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
 
 
 def resolve_scale(scale, head_dim: int) -> float:

@@ -36,9 +36,10 @@ Layouts are small integer tensors and are cached per (grid, tile, pad, device) b
 from __future__ import annotations
 
 import functools
-import operator
 
 import torch
+
+from ._checks import check_int
 
 __all__ = ["TileLayout", "tile_layout", "check_grid", "check_tile"]
 
@@ -50,18 +51,8 @@ def _check_triple(value, name: str) -> tuple[int, int, int]:
         raise ValueError(f"{name} must be three positive integers (t, h, w), got {value!r}") from None
     if len(items) != 3:
         raise ValueError(f"{name} must be three positive integers (t, h, w), got {value!r}")
-    out = []
-    for axis, x in zip("thw", items):
-        if isinstance(x, bool):
-            raise ValueError(f"{name}.{axis} must be an integer, got {x!r}")
-        try:
-            x = operator.index(x)
-        except TypeError:
-            raise ValueError(f"{name}.{axis} must be an integer, got {x!r}") from None
-        if x < 1:
-            raise ValueError(f"{name}.{axis} must be >= 1, got {x}")
-        out.append(x)
-    return out[0], out[1], out[2]
+    t, h, w = (check_int(x, f"{name}.{axis}", 1) for axis, x in zip("thw", items))
+    return t, h, w
 
 
 def check_grid(grid) -> tuple[int, int, int]:

@@ -9,11 +9,9 @@ to them. Padding never exists here: the 3D padding is a layout device of the ker
 """
 from __future__ import annotations
 
-import operator
-
 import torch
 
-from ._checks import check_qkv, resolve_scale
+from ._checks import check_int, check_qkv, resolve_scale
 from .layout import check_grid, check_tile, tile_layout
 from .psa_mask import check_params, psa_block_mask
 
@@ -22,14 +20,7 @@ __all__ = ["psa_attention_reference", "check_extra_tokens", "psa_token_blocks"]
 
 def check_extra_tokens(extra_tokens, seq_len: int, grid) -> int:
     """Validate ``extra_tokens`` against L = T*H*W + extra_tokens; return it as an int."""
-    if isinstance(extra_tokens, bool):
-        raise ValueError(f"extra_tokens must be an integer >= 0, got {extra_tokens!r}")
-    try:
-        extra = operator.index(extra_tokens)
-    except TypeError:
-        raise ValueError(f"extra_tokens must be an integer >= 0, got {extra_tokens!r}") from None
-    if extra < 0:
-        raise ValueError(f"extra_tokens must be >= 0, got {extra}")
+    extra = check_int(extra_tokens, "extra_tokens", 0)
     T, H, W = grid
     n = T * H * W
     if seq_len != n + extra:
