@@ -104,14 +104,14 @@ def check_sol(results):
               flush=True)
 
 
-def flex_block_mask(selection, L):
+def flex_block_mask(selection, L, block=64):
+    """FlexAttention BlockMask whose picked blocks of a bool (B, H, N, N) mask are all full."""
     from torch.nn.attention.flex_attention import BlockMask
 
-    B, H, N, _ = selection.shape
     counts = selection.sum(-1, dtype=torch.int32)
     ids = torch.argsort((~selection).to(torch.int8), dim=-1, stable=True).to(torch.int32)
     zeros = torch.zeros_like(counts)
-    return BlockMask.from_kv_blocks(zeros, torch.zeros_like(ids), counts, ids, BLOCK_SIZE=64, seq_lengths=(L, L))
+    return BlockMask.from_kv_blocks(zeros, torch.zeros_like(ids), counts, ids, BLOCK_SIZE=block, seq_lengths=(L, L))
 
 
 def bench_sol(results, seqs, densities, H, D, rep_ms, flex_seqs):
@@ -262,18 +262,13 @@ def check_psa(results):
 
 def flex_psa_block_mask(grid, params, tile, L):
     """FlexAttention block mask (128-token blocks) equal to the PSA mask, on blocked inputs."""
-    from torch.nn.attention.flex_attention import BlockMask
-
     from kernels.psa_mask import psa_block_mask
 
     bt = tile[0] * tile[1] * tile[2]
     rep = bt // 128
     m = psa_block_mask(grid, params, tile).cuda()
     m = m.repeat_interleave(rep, dim=1).repeat_interleave(rep, dim=2)[None]
-    counts = m.sum(-1, dtype=torch.int32)
-    ids = torch.argsort((~m).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-    zeros = torch.zeros_like(counts)
-    return BlockMask.from_kv_blocks(zeros, torch.zeros_like(ids), counts, ids, BLOCK_SIZE=128, seq_lengths=(L, L))
+    return flex_block_mask(m, L, block=128)
 
 
 def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):

@@ -48,6 +48,7 @@ import asyncio
 import copy
 import dataclasses
 import datetime
+import functools
 import importlib
 import importlib.util
 import json
@@ -219,8 +220,10 @@ def _git(*args) -> Optional[str]:
 
 # ============================================================================ ComfyUI start
 
+@functools.lru_cache(maxsize=None)
 def _harness():
-    """tests/comfyui_harness.py (its ComfyUI locating and copying), imported by path."""
+    """tests/comfyui_harness.py (locating and copying ComfyUI, attention overrides), imported
+    by path, once."""
     spec = importlib.util.spec_from_file_location("_e2e_comfyui_harness", REPO / "tests" / "comfyui_harness.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up
@@ -476,16 +479,6 @@ class StubOverride:
             h = _heads(args, kwargs)
             return q.view(b, n, h, hd // h).transpose(1, 2)
         return q
-
-
-def with_override(patcher, override):
-    """A clone whose transformer_options carry ``optimized_attention_override`` (as a node does)."""
-    m = patcher.clone()
-    m.model_options = dict(m.model_options)
-    to = dict(m.model_options.get("transformer_options", {}))
-    to["optimized_attention_override"] = override
-    m.model_options["transformer_options"] = to
-    return m
 
 
 # ============================================================================ timing
@@ -1016,7 +1009,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
     if "dense" in a.methods:
         if "kernels" in a.methods:
             dense.capture_index = capture
-        measure("dense", *with_timer(with_override(patcher, dense), cuda))
+        measure("dense", *with_timer(_harness().with_attention_override(patcher, dense), cuda))
         captured, dense.captured = dense.captured, None
         dense.capture_index = None
 
@@ -1040,7 +1033,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
     # (c) self-attention removed
     if "stub" in a.methods:
         stub = StubOverride(dense)
-        measure("stub", *with_timer(with_override(patcher, stub), cuda),
+        measure("stub", *with_timer(_harness().with_attention_override(patcher, stub), cuda),
                 lambda r: {"stubbed_calls": stub.stubbed,
                            "stubbed_calls_expected": spec.blocks() * sum(r["forwards_per_step"])})
 
@@ -1061,7 +1054,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
         else:
             widgets["preset"] = m["preset"]
         try:
-            timed, timer = with_timer(with_override(patcher, dense), cuda)
+            timed, timer = with_timer(_harness().with_attention_override(patcher, dense), cuda)
             patched = comfy.node_class.execute(timed, **widgets).result[0]
         except Exception as e:
             entry["methods"][name] = {"error": f"node: {type(e).__name__}: {e}",
