@@ -538,7 +538,7 @@ class SparseAttention:
                                      sinks=sinks, keep_diagonal=cfg.keep_diagonal,
                                      grid=grid if reorder else None, reorder=reorder,
                                      backend=plan["backend"])
-        params = plan["params"].to(device=q.device)
-        out = ops.psa_attention(q4, k4, v4, grid=grid, params=params, tile=self.preset.tile,
+        # The parameters stay on the CPU: the kernel's schedule is built and cached there.
+        out = ops.psa_attention(q4, k4, v4, grid=grid, params=plan["params"], tile=self.preset.tile,
                                 extra_tokens=seq_len - n_video, backend=plan["backend"])
         return out, plan["density"]

@@ -32,9 +32,6 @@ def _sol_impl(q, k, v, beta: float, beta_heads: Optional[torch.Tensor], estimato
               sinks: list[int], keep_diagonal: bool, scale: float, grid: list[int],
               reorder: list[int], backend: str):
     fn = kernels.sol_attention_reference if backend == "reference" else kernels.sol_attention
-    extra = {}
-    if reorder:  # only passed when used, so kernels without 3D reordering still work
-        extra = {"grid": tuple(grid), "reorder": tuple(reorder)}
     out, stats = fn(
         q, k, v,
         beta=beta_heads if beta_heads is not None else beta,
@@ -43,7 +40,8 @@ def _sol_impl(q, k, v, beta: float, beta_heads: Optional[torch.Tensor], estimato
         keep_diagonal=keep_diagonal,
         scale=None if scale <= 0 else scale,
         return_stats=True,
-        **extra,
+        grid=tuple(grid) or None,
+        reorder=tuple(reorder) or None,
     )
     return out.to(q.dtype).contiguous(), stats["density"].to(torch.float32).contiguous()
 
