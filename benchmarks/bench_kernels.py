@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
 from kernels.sol_routing import block_lengths  # noqa: E402
-from kernels.sol_triton import block_lists_from_selection, launch_sol_kernel  # noqa: E402
+from kernels.sol_triton import SOL_CHUNK, block_lists_from_selection, launch_sol_kernel  # noqa: E402
 
 
 OUT_PATH = None
@@ -191,13 +191,14 @@ def sweep_sol(results, L, rho, H, D, rep_ms, configs):
     t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
     t_prep = bench_ms(lambda: block_thresholds(*pooled_blocks(q, k, v)[:2], torch.full((H,), beta, device="cuda"),
                                                "exact", scale), rep_ms)
-    for warps, stages, per_sm, tma in configs:
+    for warps, stages, per_sm, tma, *chunk in configs:
+        chunk = chunk[0] if chunk else SOL_CHUNK
         row = dict(L=L, target_density=rho, num_warps=warps, num_stages=stages, programs_per_sm=per_sm,
-                   tma=bool(tma), cudnn_ms=t_dense, prep_ms=t_prep)
+                   tma=bool(tma), chunk=chunk, cudnn_ms=t_dense, prep_ms=t_prep)
         try:
             fused = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
                                               keep_diagonal=False, num_warps=warps, num_stages=stages,
-                                              programs_per_sm=per_sm, tma=bool(tma))
+                                              programs_per_sm=per_sm, tma=bool(tma), chunk=chunk)
             plain = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
                                               keep_diagonal=False, route=False, correction=False,
                                               block_lists=lists, num_warps=warps, num_stages=stages,
@@ -209,6 +210,8 @@ def sweep_sol(results, L, rho, H, D, rep_ms, configs):
         results["sweep"].append(row)
         print("sweep", {k_: (round(v_, 3) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
 
+
+PSA_ORDERS = ("heaviest", "head")
 
 PSA_SHAPES = {
     # name: (grid, tile), the paper's settings
@@ -321,7 +324,7 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
 
 
 def sweep_psa(results, name, rho, H, D, rep_ms, configs):
-    """Time PSA launch configurations (block_n:warps:stages:gather) on one shape."""
+    """Time PSA launch configurations (block_n:warps:stages:mode[:order]) on one shape."""
     from kernels.layout import tile_layout
     from kernels.psa_triton import launch_psa_kernel
 
@@ -333,14 +336,18 @@ def sweep_psa(results, name, rho, H, D, rep_ms, configs):
     blocked = [lay.to_blocks(x, dim=1) for x in (q, k, v)]
     scale = 1 / math.sqrt(D)
     t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
-    for block_n, warps, stages, mode in configs:
-        # mode: 0 pre-permuted inputs, 1 slot map, 2 slot map + TMA boxes for whole tiles
+    for block_n, warps, stages, mode, *order in configs:
+        # mode: 0 pre-permuted inputs, 1 slot map, 2 slot map + TMA boxes for whole tiles;
+        # order: 0 heaviest (head, block) first, 1 head by head (kernels/psa_triton.py)
+        order = PSA_ORDERS[order[0] if order else 1]
         args = (q, k, v) if mode else blocked
         row = dict(shape=name, target_density=rho, density=dens, block_n=block_n, num_warps=warps,
-                   num_stages=stages, mode=["pre-permuted", "slot map", "slot map + TMA"][mode], cudnn_ms=t_dense)
+                   num_stages=stages, mode=["pre-permuted", "slot map", "slot map + TMA"][mode], order=order,
+                   cudnn_ms=t_dense)
         try:
             fn = lambda: launch_psa_kernel(*args, grid, params, tile, 0, scale=scale, block_n=block_n,  # noqa: E731
-                                           num_warps=warps, num_stages=stages, gather=mode > 0, tma=mode == 2)
+                                           num_warps=warps, num_stages=stages, gather=mode > 0, tma=mode == 2,
+                                           order=order)
             row["psa_kernel_ms"] = bench_ms(fn, rep_ms)
             row["speedup"] = t_dense / row["psa_kernel_ms"]
         except Exception as exc:  # a configuration that does not compile or fit is recorded, not fatal
@@ -348,6 +355,48 @@ def sweep_psa(results, name, rho, H, D, rep_ms, configs):
         results["sweep"].append(row)
         save(results)
         print("sweep psa", {k_: (round(v_, 3) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
+
+
+def bench_dense_ceiling(results, H, D, rep_ms):
+    """Per-block efficiency with every block visited (80,640 tokens, 21x48x80, no padding):
+    cuDNN; FlexAttention without a mask (Triton's generated dense kernel in this stack); our
+    PSA kernel with the full mask; our Sol loop (64-row tiles) fed every block. The ratio of
+    each to cuDNN bounds what a block-sparse kernel of the same loop can reach per block."""
+    from kernels.psa_triton import launch_psa_kernel
+    from torch.nn.attention.flex_attention import flex_attention
+
+    grid, tile = PSA_SHAPES["wan720p_unpadded"]
+    L = grid[0] * grid[1] * grid[2]
+    q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=11)
+    scale = 1 / math.sqrt(D)
+    ref = cudnn_sdpa(q, k, v)
+    t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
+    row = dict(L=L, heads=H, head_dim=D, cudnn_ms=t_dense)
+    nT, nH, nW = (g // t for g, t in zip(grid, tile))
+    full = torch.tensor([[nT, 0, 0, nH * nW, 0, 0]] * H)
+    n = -(-L // 64)
+    lists = block_lists_from_selection(torch.ones(1, H, n, n, dtype=torch.bool, device="cuda"), L)
+    lens = block_lengths(L, q.device)
+    unused = torch.zeros(1, device="cuda", dtype=q.dtype)
+    variants = {
+        "psa_full_mask": lambda: launch_psa_kernel(q, k, v, grid, full, tile, 0, scale=scale),
+        "sol_loop_all_blocks": lambda: launch_sol_kernel(
+            q, k, v, unused, unused, unused.float(), unused.to(torch.int8), lens, scale=scale, keep_diagonal=False,
+            route=False, correction=False, block_lists=lists)[0],
+    }
+    flex = torch.compile(flex_attention, dynamic=False)
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    variants["flex_no_mask"] = lambda: flex(qt, kt, vt).transpose(1, 2)
+    for name, fn in variants.items():
+        try:
+            err = rel_l2(fn(), ref)
+            ms = bench_ms(fn, rep_ms)
+            row[name] = dict(ms=ms, share_of_cudnn=t_dense / ms, rel_l2_vs_cudnn=err)
+        except Exception as exc:  # record why a variant could not run, keep the job going
+            row[name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
+        print(f"ceiling {name}: {row[name]}", flush=True)
+    results["ceiling"] = row
+    save(results)
 
 
 def main():
@@ -363,9 +412,11 @@ def main():
     ap.add_argument("--psa-shapes", default="wan720p,wan720p_unpadded,hunyuan768p")
     ap.add_argument("--psa-densities", default="0.15,0.40")
     ap.add_argument("--no-flex", action="store_true")
-    ap.add_argument("--psa-sweep", default="", help="PSA configs block_n:warps:stages:mode,... on wan720p "
-                    "(mode 0 pre-permuted, 1 slot map, 2 slot map + TMA)")
-    ap.add_argument("--sweep", default="", help="Sol launch configs warps:stages:per_sm:tma,... timed at 75,600 tokens")
+    ap.add_argument("--psa-sweep", default="", help="PSA configs block_n:warps:stages:mode[:order],... on wan720p "
+                    "(mode 0 pre-permuted, 1 slot map, 2 slot map + TMA; order 0 heaviest first, 1 head by head)")
+    ap.add_argument("--ceiling", action="store_true", help="also time the kernels with every block visited")
+    ap.add_argument("--sweep", default="", help="Sol launch configs warps:stages:per_sm:tma[:chunk],... timed at "
+                    "75,600 tokens (chunk: pooled keys per routing step)")
     args = ap.parse_args()
     ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     global OUT_PATH
@@ -377,6 +428,8 @@ def main():
     if not args.skip_checks:
         check_sol(results)
         check_psa(results)
+    if args.ceiling:
+        bench_dense_ceiling(results, args.heads, args.head_dim, args.rep_ms)
     if args.psa_sweep:
         configs = [tuple(int(x) for x in c.split(":")) for c in args.psa_sweep.split(",")]
         for rho in (0.15, 0.40):

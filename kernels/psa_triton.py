@@ -7,8 +7,16 @@ H, D) order through a slot → token map, so no permuted or padded copy is ever 
 program owns one query tile (up to 128 rows of one block) and walks that block's key list
 with the shared tile loop: full blocks unmasked,
 short blocks (padding, the last text block) masked. The lists come from a schedule computed
-once per (grid, tile, params, extra tokens) and cached; the programs run heaviest first, so
-heads of very different density do not leave a tail of idle multiprocessors.
+once per (grid, tile, params, extra tokens) and cached.
+
+Work order (``WORK``, one entry per program: (head, query block, query tile) flattened) decides
+what shares the L2 cache. The query tiles of one block visit the same key list, so they are
+always adjacent. ``order="heaviest"`` runs (head, block) pairs heaviest first, so heads of very
+different density leave no tail of idle multiprocessors; ``order="head"`` keeps each head's
+blocks together in grid order (neighbouring query blocks read overlapping keys), heads
+heaviest first. "head" is the default: 3.6 % faster at density 0.15 and 4.5 % at 0.40 on
+Wan 720p (``benchmarks/results/kernels_h200_order.json``); heads of very different density
+still finish together because the lightest head runs last.
 """
 import functools
 import math
@@ -42,46 +50,47 @@ def _psa_kernel(
     TMA: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
 ):
-    # WORK lists (head, query block) pairs heaviest first; axis 1 is the tile, axis 2 the batch.
-    hq = tl.load(WORK + tl.program_id(0))
-    q_tile = tl.program_id(1)
-    b = tl.program_id(2)
+    # WORK lists (head, query block, query tile) in launch order; axis 1 is the batch.
+    work = tl.load(WORK + tl.program_id(0))
+    hq = work // tiles_per_block
+    q_tile = work % tiles_per_block
+    b = tl.program_id(1)
     h = hq // num_blocks
     qblk = hq % num_blocks
-    if q_tile < tiles_per_block:
-        offs_m = tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, HEAD_DIM)
-        local = q_tile * BLOCK_M + offs_m
-        row_ok = local < tl.load(BLOCK_LEN + qblk)
-        rows = (qblk * BLOCK_TOKENS + local).to(OFFSET_DTYPE)
-        if GATHER:
-            rows = tl.load(ROW_MAP + rows, mask=row_ok, other=0).to(OFFSET_DTYPE)
-        q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
-                    mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
-        acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-        l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-        m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
-        k_base = K + b.to(tl.int64) * stride_kb + h * stride_kh
-        v_base = V + b.to(tl.int64) * stride_vb + h * stride_vh
-        ids = LIST_IDS + hq.to(tl.int64) * list_stride
-        n_full = tl.load(LIST_COUNTS + hq * 2)
-        n_short = tl.load(LIST_COUNTS + hq * 2 + 1)
-        # With TMA, full blocks are whole grid tiles fetched as 3D boxes in the caller's order.
-        acc, l_i, m_i = attend_full_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
-            K_DESC, V_DESC, b, h, num_heads, grid_hw, grid_w, qk_scale_log2,
-            BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, GATHER, OFFSET_DTYPE, TMA, HEADS_IN_COLUMNS,
-            TILE_T, TILE_H, TILE_W, SUB_T)
-        acc, l_i, m_i = attend_listed_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
-            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER, OFFSET_DTYPE)
-        out = acc / l_i[:, None]
-        tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
-                 out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    local = q_tile * BLOCK_M + offs_m
+    row_ok = local < tl.load(BLOCK_LEN + qblk)
+    rows = (qblk * BLOCK_TOKENS + local).to(OFFSET_DTYPE)
+    if GATHER:
+        rows = tl.load(ROW_MAP + rows, mask=row_ok, other=0).to(OFFSET_DTYPE)
+    q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
+    k_base = K + b.to(tl.int64) * stride_kb + h * stride_kh
+    v_base = V + b.to(tl.int64) * stride_vb + h * stride_vh
+    ids = LIST_IDS + hq.to(tl.int64) * list_stride
+    n_full = tl.load(LIST_COUNTS + hq * 2)
+    n_short = tl.load(LIST_COUNTS + hq * 2 + 1)
+    # With TMA, full blocks are whole grid tiles fetched as 3D boxes in the caller's order.
+    acc, l_i, m_i = attend_full_blocks(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
+        K_DESC, V_DESC, b, h, num_heads, grid_hw, grid_w, qk_scale_log2,
+        BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, GATHER, OFFSET_DTYPE, TMA, HEADS_IN_COLUMNS,
+        TILE_T, TILE_H, TILE_W, SUB_T)
+    acc, l_i, m_i = attend_listed_blocks(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
+        qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER, OFFSET_DTYPE)
+    out = acc / l_i[:, None]
+    tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
+             out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
 @functools.lru_cache(maxsize=32)
-def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, block_n, grid_only_full, device_str):
+def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, block_m, block_n, grid_only_full,
+                            order, device_str):
     from .layout import tile_layout
     from .psa_mask import psa_block_mask
 
@@ -111,7 +120,7 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
     key = torch.where(full_pick, 0, torch.where(short_pick, 1, 2)) * total + torch.arange(total)
     ids = torch.sort(key, dim=-1).values[..., :width] % total
     counts = torch.stack([n_full, n_short], dim=-1).to(torch.int32)
-    work = torch.argsort((n_full + n_short).reshape(-1), descending=True, stable=True)
+    work = _work_order(n_full + n_short, lengths, block_m, -(-block_tokens // block_m), order)
     # Slot -> token of the caller's sequence; padding slots point at token 0 and are never
     # read unmasked (they lie past their block's length).
     n_grid = layout.n_tokens
@@ -121,13 +130,32 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
     return tuple(t.to(torch.int32).to(dev).contiguous() for t in (counts, ids, lengths, work, row_map))
 
 
-def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_n: int = PSA_BLOCK_N,
-                        grid_only_full: bool = False):
+def _work_order(visits, lengths, block_m, tiles, order):
+    """Launch order of (head, query block, query tile) = (hq · tiles + tile) entries.
+
+    ``visits`` (H, NB) key blocks per (head, query block). Tiles past a block's real rows
+    (3D padding) get no program at all; the tiles of one block stay adjacent.
+    """
+    H, nb = visits.shape
+    if order == "heaviest":
+        pairs = torch.argsort(visits.reshape(-1), descending=True, stable=True)
+    elif order == "head":
+        heads = torch.argsort(visits.sum(-1), descending=True, stable=True)
+        pairs = (heads[:, None] * nb + torch.arange(nb)).reshape(-1)
+    else:
+        raise ValueError(f"order must be 'heaviest' or 'head', got {order!r}")
+    entries = pairs[:, None] * tiles + torch.arange(tiles)
+    live = torch.arange(tiles)[None, :] * block_m < lengths.long()[pairs % nb][:, None]
+    return entries[live]
+
+
+def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_m: int = 128,
+                        block_n: int = PSA_BLOCK_N, grid_only_full: bool = False, order: str = "head"):
     """Per-(head, query block) key lists over grid blocks and extra-token blocks, cached.
 
     Returns (counts int32 (H, NB, 2) [full, short], ids int32 (H, NB, W), block lengths
-    int32 (NB,), work order int32 (H·NB,) heaviest first, slot → token map int32),
-    NB = grid blocks + extra blocks.
+    int32 (NB,), work int32 (programs,) = (head·NB + query block)·tiles + tile in launch
+    order (see ``_work_order``), slot → token map int32), NB = grid blocks + extra blocks.
     Extra (text) blocks are attended by every query block and attend to every block.
     ``params`` must already be validated (int64 (H, 6)).
     """
@@ -136,7 +164,8 @@ def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_n: 
         dev = torch.device("cuda", torch.cuda.current_device())
     p = params.cpu().to(torch.int64).contiguous()
     return _cached_kernel_schedule(tuple(grid), tuple(tile), p.numpy().tobytes(), p.shape[0],
-                                   int(extra_tokens), block_n, bool(grid_only_full), str(dev))
+                                   int(extra_tokens), int(block_m), int(block_n), bool(grid_only_full), order,
+                                   str(dev))
 
 
 def tma_sub_frames(tile, max_rows: int = 128):
@@ -151,26 +180,28 @@ def tma_sub_frames(tile, max_rows: int = 128):
 
 
 def launch_psa_kernel(q, k, v, grid, params, tile, extra_tokens, *, scale, block_m=128, block_n=PSA_BLOCK_N,
-                      num_warps=8, num_stages=4, gather=True, tma=True):
+                      num_warps=8, num_stages=3, gather=True, tma=True, order="head"):
     """Run the PSA kernel on q/k/v (B, L, H, D) in sequence order; returns (B, L, H, D).
 
+    ``order``: the programs' work order (module docstring).
     ``tma`` fetches whole grid tiles with TMA boxes where the layout and tile allow it;
     ``gather=False`` takes q/k/v already in blocked order (a benchmark of the slot map's cost).
     """
     sub_frames = tma_sub_frames(tile) if (tma and gather) else None
     descs = grid_descriptors((k, v), grid, (sub_frames, tile[1], tile[2])) if sub_frames else None
-    counts, ids, lengths, work, row_map = psa_kernel_schedule(
-        grid, params, tile, extra_tokens, q.device, block_n=block_n, grid_only_full=descs is not None)
     block_tokens = tile[0] * tile[1] * tile[2]
+    block_m = min(block_m, max(16, triton.next_power_of_2(block_tokens)))
+    counts, ids, lengths, work, row_map = psa_kernel_schedule(
+        grid, params, tile, extra_tokens, q.device, block_m=block_m, block_n=block_n,
+        grid_only_full=descs is not None, order=order)
     n_w = -(-grid[2] // tile[2])
     n_hw = -(-grid[1] // tile[1]) * n_w
     k_desc, v_desc = descs[0] if descs else (k, v)
     B, S, H, D = q.shape
     nb = lengths.shape[0]
-    block_m = min(block_m, max(16, triton.next_power_of_2(block_tokens)))
     tiles = -(-block_tokens // block_m)
     out = torch.empty((B, S, H, D), device=q.device, dtype=q.dtype)
-    _psa_kernel[(H * nb, tiles, B)](
+    _psa_kernel[(work.shape[0], B)](
         q, k, v, out, k_desc, v_desc, work, counts, ids, lengths, row_map,
         q.stride(0), q.stride(1), q.stride(2),
         k.stride(0), k.stride(1), k.stride(2),

@@ -145,9 +145,10 @@ def _programs_for(total_items: int, device, per_sm: int) -> int:
 
 def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale, keep_diagonal,
                       route=True, correction=True, block_lists=None, num_warps=4, num_stages=3, programs_per_sm=2,
-                      tma=True):
+                      tma=True, chunk=SOL_CHUNK):
     """Run the Sol kernel; returns (out (B, L, H, D), exact-block counts (B, H, N) int32).
 
+    ``chunk``: pooled keys per step of the routing pass (a power of two >= 16).
     With ``route=False``, ``block_lists`` = (counts int32 (B, H, N, 2) [full, tail],
     ids int32 (B, H, N, W)) gives the exact blocks of each query block instead.
     ``tma`` fetches full key blocks with TMA descriptors where the layout allows it.
@@ -177,7 +178,7 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
         out.stride(0), out.stride(1), out.stride(2),
         L, H, n, total, stage_stride, list_stride,
         scale, scale * math.log2(math.e), programs,
-        HEAD_DIM=D, BLOCK_M=SOL_BLOCK_M, CHUNK=SOL_CHUNK,
+        HEAD_DIM=D, BLOCK_M=SOL_BLOCK_M, CHUNK=chunk,
         TAIL_RAGGED=(L % SOL_BLOCK_M) != 0, KEEP_DIAGONAL=bool(keep_diagonal),
         ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype_for(q.dtype),
         OFFSET_DTYPE=row_offset_dtype(L + SOL_BLOCK_M, q, k, v, out),

@@ -91,3 +91,27 @@ def test_tma_box_sizes():
     assert tma_sub_frames((3, 8, 16)) == 1   # Wan 720p: 128-row boxes, one frame of the tile
     assert tma_sub_frames((6, 8, 8)) == 2    # HunyuanVideo 768p: two frames per box
     assert tma_sub_frames((2, 3, 5)) is None  # 15-token planes: pointer loop
+
+
+@pytest.mark.parametrize("order", ["heaviest", "head"])
+def test_work_orders_agree_and_skip_padding_tiles(order):
+    """Both launch orders give the reference; a query tile past its block's real rows gets no
+    program (grid (2, 5, 16), tile (2, 8, 8): two blocks of 128 slots hold 80 real tokens
+    each, two 64-row tiles; the 5 text tokens fill one tile of the third block)."""
+    from kernels.psa_triton import launch_psa_kernel, psa_kernel_schedule
+
+    grid, tile, extra = (2, 5, 16), (2, 8, 8), 5
+    L = 2 * 5 * 16 + extra
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, L, 2, 64, generator=gen).half() for _ in range(3))
+    params = torch.tensor([[1, 0, 0, 1, 0, 0], [1, 0, 0, 2, 0, 0]])
+    out = launch_psa_kernel(q, k, v, grid, params, tile, extra, scale=0.125, block_m=64, order=order)
+    ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    assert rel_err(out, ref) < 3e-3
+    counts, ids, lengths, work, _ = psa_kernel_schedule(grid, params, tile, extra, "cpu", block_m=64, order=order)
+    # 2 grid blocks of 80 real tokens (tiles 0, 1 of 64 rows) + 1 text block of 5: 3 tiles per head.
+    assert lengths.tolist() == [80, 80, 5]
+    assert sorted(work.tolist()) == sorted(h * 3 * 2 + b * 2 + t for h in range(2) for b, t in
+                                           [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)])
+    with pytest.raises(ValueError, match="order"):
+        psa_kernel_schedule(grid, params, tile, extra, "cpu", block_m=64, order="random")
