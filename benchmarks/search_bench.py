@@ -225,7 +225,7 @@ def main(argv=None) -> int:
 
     mine = {
         "rank": rank,
-        "device_name": torch.cuda.get_device_name(device) if cuda else platform.processor() or "cpu",
+        "device_name": torch.cuda.get_device_name(device) if cuda else "cpu",
         "total_s": t_end - t0,
         "since_main_s": t_end - t_main,
         "search_s": t_search - t0,
