@@ -438,9 +438,12 @@ def preset_from_selection(
     author: str = "",
     notes: str = "",
     created: str = "",
+    source: str = "searched",
 ) -> Preset:
     """A searched preset from a :class:`kernels.psa_search.Selection` covering every layer
-    ``0 .. fingerprint['layers'] - 1`` (layers missing from the selection are refused)."""
+    ``0 .. fingerprint['layers'] - 1`` (layers missing from the selection are refused).
+    ``source="geometry"`` marks a preset that was not searched on the real model (e.g. one
+    searched on the synthetic workload)."""
     L = int(fingerprint["layers"])
     missing = [x for x in range(L) if x not in selection.layers]
     if missing:
@@ -453,7 +456,7 @@ def preset_from_selection(
     finite = loss[torch.isfinite(loss)]
     return Preset(
         name=name, family=family, model_name=model_name, fingerprint=dict(fingerprint), grid=tuple(grid),
-        tile=tuple(tile), params=params, bucket_edges=list(selection.bucket_edges), source="searched",
+        tile=tuple(tile), params=params, bucket_edges=list(selection.bucket_edges), source=source,
         search={
             "rule": rule, "value": selection.rule.get(rule), "metric": selection.rule.get("metric"),
             "candidates": int(candidates), "prompts": int(prompts),

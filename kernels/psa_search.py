@@ -55,11 +55,13 @@ argument.
 Several processes
 -----------------
 ``owned=(layer, head) -> bool`` restricts the heads an accumulator evaluates;
-:func:`search_samples` assigns (layer, head) pairs round-robin over the ranks of an
-initialised ``torch.distributed`` group and sums the tables with ``all_reduce`` (entries of
-other ranks are exact zeros, so the result equals the single-process one bit for bit under
-the same math-library thread settings; note that torchrun sets OMP_NUM_THREADS=1, which
-changes CPU float rounding, not the selections in practice).
+:func:`search_calls` takes attention calls as ``(layer, step, load)`` (:func:`search_samples`
+over saved sample files, ``benchmarks/search_bench.py`` over generated q/k/v), assigns
+(layer, head) pairs round-robin over the ranks of an initialised ``torch.distributed`` group,
+loads a call only on ranks that own one of its heads and sums the tables with ``all_reduce``
+(entries of other ranks are exact zeros, so the result equals the single-process one bit for
+bit under the same math-library thread settings; note that torchrun sets OMP_NUM_THREADS=1,
+which changes CPU float rounding, not the selections in practice).
 
 Searching under torchrun (gloo on CPU, NCCL on GPUs, one GPU per process)::
 
@@ -99,7 +101,9 @@ __all__ = [
     "PSASearchAccumulator",
     "LossTable",
     "Selection",
+    "search_calls",
     "search_samples",
+    "write_preset",
     "save_qkv_sample",
     "load_qkv_sample",
     "estimate_sample_bytes",
@@ -487,9 +491,11 @@ class PSASearchAccumulator:
         self._entry(layer, self.bucket_of(step))["calls"] += 1
 
     def _masks_on(self, device):
+        """float32 (nB, C, nB) on ``device``: per query block, every candidate's key-block row
+        (made once per device)."""
         key = str(device)
         if key not in self._dev_masks:
-            self._dev_masks[key] = self._masks.to(device=device, dtype=torch.float32)
+            self._dev_masks[key] = self._masks.to(device=device, dtype=torch.float32).permute(1, 0, 2).contiguous()
         return self._dev_masks[key]
 
     def _sample_rows(self, layer, bucket, call):
@@ -529,19 +535,29 @@ class PSASearchAccumulator:
         lay = self.layout
         n, E = lay.n_tokens, self.extra_tokens
         masks = self._masks_on(dev)
-        valid = (torch.arange(lay.block_tokens)[None, :] < lay.block_lengths.long()[:, None]).to(dev)
+        valid = torch.arange(lay.block_tokens)[None, :] < lay.block_lengths.long()[:, None]
+        pad_bias = None
+        if not bool(valid.all()):  # -inf on the padding slots of the key blocks
+            pad_bias = torch.zeros(valid.shape).masked_fill_(~valid, float("-inf")).to(dev)
         perm = lay.perm.to(dev).clamp_min(0)
-        rows_d, qblk_d = rows.to(dev), qblk.to(dev)
+        rows_q, qblk_d = rows.to(q.device), qblk.to(dev)
+        # results stay on the device until the call is done: no host sync per head
+        sq = torch.zeros(B, len(heads), self.candidates.shape[0], dtype=torch.float64, device=dev)
+        ref = torch.zeros(B, len(heads), dtype=torch.float64, device=dev)
         for b in range(B):
-            for h in heads:
-                qr = q[b, rows_d, h].to(dev, torch.float32)
-                kh, vh = k[b, :, h].to(dev, torch.float32), v[b, :, h].to(dev, torch.float32)
-                kb = kh[perm].reshape(lay.n_blocks, lay.block_tokens, D)
-                vb = vh[perm].reshape(lay.n_blocks, lay.block_tokens, D)
-                sq, ref, cnt = _head_losses(qr, qblk_d, kb, vb, valid, kh[n:n + E], vh[n:n + E], masks, scale)
-                entry["sq_err"][h] += sq
-                entry["ref_sq"][h] += ref
-                entry["count"][h] += cnt
+            for i, h in enumerate(heads):
+                qr = q[b, rows_q, h].to(dev, torch.float32)
+                kh, vh = k[b, :, h].to(dev), v[b, :, h].to(dev)
+                kb = kh[perm].to(torch.float32).reshape(lay.n_blocks, lay.block_tokens, D)
+                vb = vh[perm].to(torch.float32).reshape(lay.n_blocks, lay.block_tokens, D)
+                ke, ve = kh[n:n + E].to(torch.float32), vh[n:n + E].to(torch.float32)
+                sq[b, i], ref[b, i] = _head_losses(qr, qblk_d, kb, vb, pad_bias, ke, ve, masks, scale)
+        sq, ref = sq.cpu(), ref.cpu()
+        idx = torch.tensor(heads, dtype=torch.int64)
+        for b in range(B):
+            entry["sq_err"][idx] += sq[b]
+            entry["ref_sq"][idx] += ref[b]
+            entry["count"][idx] += float(rows.numel() * D)
 
     def table(self) -> LossTable:
         layers = sorted({l for l, _ in self._entries})
@@ -562,64 +578,58 @@ class PSASearchAccumulator:
                          settings=settings, **arr)
 
 
-def _head_losses(qr, qblk, kb, vb, valid, ke, ve, masks, scale, max_elems=1 << 24):
+def _head_losses(qr, qblk, kb, vb, pad_bias, ke, ve, masks, scale, max_elems=1 << 24):
     """Squared errors of all candidates for the sampled rows of one head.
 
-    qr (R, D) rows, qblk (R,) their query blocks (rows of one block are contiguous);
-    kb, vb (nB, bt, D) key/value blocks, valid (nB, bt); ke, ve (E, D) extra tokens;
-    masks (C, nB, nB) float. Returns (sq_err (C,), ref_sq (), count ()) in float64.
+    qr (R, D) rows, qblk (R,) their query blocks; kb, vb (nB, bt, D) key/value blocks,
+    pad_bias (nB, bt) -inf on padding slots, 0 elsewhere (None: no padding); ke, ve (E, D)
+    extra tokens; masks (nB, C, nB) float, the candidates' key-block rows per query block.
+    Rows are taken in chunks of at most ``max_elems`` floats per intermediate, whatever their
+    query blocks: no host synchronisation. Returns (sq_err (C,), ref_sq ()) float64 on the
+    device of ``qr``.
     """
     R, D = qr.shape
     nB, bt, _ = kb.shape
-    C = masks.shape[0]
+    C = masks.shape[1]
     sq_err = torch.zeros(C, dtype=torch.float64, device=qr.device)
     ref_sq = torch.zeros((), dtype=torch.float64, device=qr.device)
     kb_flat_t = kb.reshape(nB * bt, D).T
-    pad_bias = None
-    if not bool(valid.all()):
-        pad_bias = torch.zeros(nB, bt, device=qr.device).masked_fill_(~valid, float("-inf"))
-    # group rows by query block (they are sorted by block)
-    blocks, counts = torch.unique_consecutive(qblk, return_counts=True)
-    starts = torch.cumsum(counts, 0) - counts
-    per_row = nB * bt + ke.shape[0]
-    for qb, s0, c in zip(blocks.tolist(), starts.tolist(), counts.tolist()):
-        step = max(1, min(c, max_elems // max(1, per_row)))
-        for r0 in range(s0, s0 + c, step):
-            r1 = min(s0 + c, r0 + step)
-            x = qr[r0:r1]
-            s = (x @ kb_flat_t).mul_(scale).reshape(-1, nB, bt)
-            if pad_bias is not None:
-                s.add_(pad_bias)                             # -inf on padding slots
-            m = s.amax(-1)                                   # (r, nB), finite: no empty block
-            p = s.sub_(m[..., None]).exp_()                  # in place: s becomes p
-            l = p.sum(-1)                                    # (r, nB)
-            pv = torch.bmm(p.transpose(0, 1), vb).transpose(0, 1)  # (r, nB, D)
-            if ke.shape[0]:
-                se = (x @ ke.T) * scale
-                me = se.amax(-1)
-                pe = torch.exp(se - me[:, None])
-                m_all = torch.maximum(m.amax(-1), me)
-                we = torch.exp(me - m_all)
-                num_e = we[:, None] * (pe @ ve)             # (r, D)
-                den_e = we * pe.sum(-1)                      # (r,)
-            else:
-                m_all = m.amax(-1)
-                num_e = torch.zeros_like(x)
-                den_e = torch.zeros(x.shape[0], device=x.device)
-            w = torch.exp(m - m_all[:, None])                # (r, nB)
-            wl = w * l
-            wpv = w[..., None] * pv                          # (r, nB, D)
-            o_dense = (wpv.sum(1) + num_e) / (wl.sum(1) + den_e)[:, None]
-            A = masks[:, qb, :]                              # (C, nB)
-            num = (A @ wpv.permute(1, 0, 2).reshape(nB, -1)).reshape(C, -1, D) + num_e[None]
-            den = A @ wl.T + den_e[None]                     # (C, r)
-            o = num / den[..., None]
-            err = ((o - o_dense[None]) ** 2).sum(dim=(1, 2)).double()
-            err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
-            sq_err += err
-            ref_sq += (o_dense.double() ** 2).sum()
-    count = torch.tensor(float(R * D), dtype=torch.float64)
-    return sq_err.cpu(), ref_sq.cpu(), count
+    per_row = max(nB * bt + ke.shape[0], C * nB, C * D, nB * D)
+    step = max(1, max_elems // per_row)
+    for r0 in range(0, R, step):
+        x = qr[r0:r0 + step]
+        s = (x @ kb_flat_t).mul_(scale).reshape(-1, nB, bt)
+        if pad_bias is not None:
+            s.add_(pad_bias)                                 # -inf on padding slots
+        m = s.amax(-1)                                       # (r, nB), finite: no empty block
+        p = s.sub_(m[..., None]).exp_()                      # in place: s becomes p
+        l = p.sum(-1)                                        # (r, nB)
+        pv = torch.bmm(p.transpose(0, 1), vb).transpose(0, 1)  # (r, nB, D)
+        if ke.shape[0]:
+            se = (x @ ke.T) * scale
+            me = se.amax(-1)
+            pe = torch.exp(se - me[:, None])
+            m_all = torch.maximum(m.amax(-1), me)
+            we = torch.exp(me - m_all)
+            num_e = we[:, None] * (pe @ ve)                 # (r, D)
+            den_e = we * pe.sum(-1)                          # (r,)
+        else:
+            m_all = m.amax(-1)
+            num_e = torch.zeros_like(x)
+            den_e = torch.zeros(x.shape[0], device=x.device)
+        w = torch.exp(m - m_all[:, None])                    # (r, nB)
+        wl = w * l
+        wpv = w[..., None] * pv                              # (r, nB, D)
+        o_dense = (wpv.sum(1) + num_e) / (wl.sum(1) + den_e)[:, None]
+        A = masks[qblk[r0:r0 + step]]                        # (r, C, nB): each row's candidate rows
+        num = torch.bmm(A, wpv) + num_e[:, None]             # (r, C, D)
+        den = torch.bmm(A, wl[..., None])[..., 0] + den_e[:, None]  # (r, C)
+        o = num / den[..., None]
+        err = ((o - o_dense[:, None]) ** 2).sum(dim=(0, 2)).double()
+        err = torch.where(torch.isfinite(err), err, torch.full_like(err, math.inf))
+        sq_err += err
+        ref_sq += (o_dense.double() ** 2).sum()
+    return sq_err, ref_sq
 
 
 # --------------------------------------------------------------------------- samples
@@ -673,6 +683,71 @@ def load_qkv_sample(path):
     return q, k, v, h
 
 
+def search_calls(
+    calls,
+    *,
+    grid,
+    num_heads: int,
+    tile,
+    extra_tokens: int = 0,
+    candidates=None,
+    bucket_edges=(),
+    query_tiles: int | None = 32,
+    rows_per_tile: int | None = 32,
+    seed: int = 0,
+    device=None,
+    group=None,
+    progress=None,
+) -> LossTable:
+    """Loss table of a sequence of attention calls ``(layer, step, load)``; ``load()``
+    returns the call's (q, k, v, ...) (B, L, H, D) and is called only where it is needed.
+
+    With ``torch.distributed`` initialised, (layer, head) pairs are spread round-robin over
+    the ranks of ``group``: a rank evaluates only its heads, calls ``load`` only for calls
+    of layers where it owns a head (the others are counted with ``skip``), and the tables
+    are summed with ``all_reduce`` on every rank (NCCL: on this rank's current GPU).
+    ``progress(done, total)`` is called after every call.
+    """
+    import torch.distributed as dist
+
+    calls = [(int(layer), float(step), load) for layer, step, load in calls]
+    if not calls:
+        raise ValueError("no calls given")
+    H = int(num_heads)
+    distributed = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank(group) if distributed else 0
+    world = dist.get_world_size(group) if distributed else 1
+    layers = sorted({layer for layer, _, _ in calls})
+    pairs = [(layer, h) for layer in layers for h in range(H)]
+    mine = {pair for i, pair in enumerate(pairs) if i % world == rank}
+    acc = PSASearchAccumulator(
+        grid, tile, H, candidates=candidates, extra_tokens=extra_tokens, bucket_edges=bucket_edges,
+        query_tiles=query_tiles, rows_per_tile=rows_per_tile, seed=seed,
+        owned=lambda layer, head: (layer, head) in mine, device=device,
+    )
+    for layer, step, _ in calls:
+        acc.register(layer, step)
+    for i, (layer, step, load) in enumerate(calls):
+        if any((layer, h) in mine for h in range(H)):
+            q, k, v = load()[:3]
+            acc.add(q, k, v, layer=layer, step=step)
+            del q, k, v
+        else:
+            acc.skip(layer, step)
+        if progress is not None:
+            progress(i + 1, len(calls))
+    table = acc.table()
+    if world > 1:
+        backend = dist.get_backend(group)
+        dev = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+        for name in ("sq_err", "ref_sq", "count"):
+            t = getattr(table, name).to(dev)
+            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
+            setattr(table, name, t.cpu())
+    table.settings["world_size"] = world
+    return table
+
+
 def search_samples(
     paths,
     *,
@@ -686,10 +761,8 @@ def search_samples(
     group=None,
     progress=None,
 ) -> LossTable:
-    """Loss table of saved samples; with ``torch.distributed`` initialised, (layer, head)
-    pairs are spread round-robin over the ranks and the tables summed on every rank."""
-    import torch.distributed as dist
-
+    """Loss table of saved samples (:func:`search_calls` over the files; with
+    ``torch.distributed`` initialised, heads are spread over the ranks)."""
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise ValueError("no samples given")
@@ -699,38 +772,45 @@ def search_samples(
         if h["grid"] != grid or h["extra_tokens"] != extra or h["shape"][2] != H:
             raise ValueError(f"{p}: grid/extra_tokens/heads {h['grid']}/{h['extra_tokens']}/{h['shape'][2]} "
                              f"differ from the first sample's {grid}/{extra}/{H}")
-    distributed = dist.is_available() and dist.is_initialized()
-    rank = dist.get_rank(group) if distributed else 0
-    world = dist.get_world_size(group) if distributed else 1
-    layers = sorted({h["layer"] for h in headers})
-    pairs = [(l, hh) for l in layers for hh in range(H)]
-    mine = {pair for i, pair in enumerate(pairs) if i % world == rank}
-    acc = PSASearchAccumulator(
-        grid, tile, H, candidates=candidates, extra_tokens=extra, bucket_edges=bucket_edges,
-        query_tiles=query_tiles, rows_per_tile=rows_per_tile, seed=seed,
-        owned=lambda layer, head: (layer, head) in mine, device=device,
+    calls = [(h["layer"], h["step"], lambda p=p: load_qkv_sample(p)) for p, h in zip(paths, headers)]
+    table = search_calls(
+        calls, grid=grid, num_heads=H, tile=tile, extra_tokens=extra, candidates=candidates,
+        bucket_edges=bucket_edges, query_tiles=query_tiles, rows_per_tile=rows_per_tile, seed=seed,
+        device=device, group=group, progress=progress,
     )
-    for h in headers:
-        acc.register(h["layer"], h["step"])
-    for i, (p, h) in enumerate(zip(paths, headers)):
-        if any((h["layer"], hh) in mine for hh in range(H)):
-            q, k, v, _ = load_qkv_sample(p)
-            acc.add(q, k, v, layer=h["layer"], step=h["step"])
-        else:
-            acc.skip(h["layer"], h["step"])
-        if progress is not None:
-            progress(i + 1, len(paths))
-    table = acc.table()
-    if world > 1:
-        backend = dist.get_backend(group)
-        dev = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
-        for name in ("sq_err", "ref_sq", "count"):
-            t = getattr(table, name).to(dev)
-            dist.all_reduce(t, op=dist.ReduceOp.SUM, group=group)
-            setattr(table, name, t.cpu())
     table.settings["samples"] = len(paths)
-    table.settings["world_size"] = world
     return table
+
+
+def write_preset(
+    table: LossTable,
+    out,
+    *,
+    alpha=None,
+    target_sparsity=None,
+    metric: str = "mse",
+    name: str,
+    family: str,
+    model_name: str,
+    fingerprint: dict,
+    prompts: int = 1,
+    author: str = "",
+    notes: str = "",
+    source: str = "searched",
+):
+    """Select masks from ``table`` (exactly one of ``alpha`` / ``target_sparsity``) and write
+    the preset JSON to ``out`` (the CLI's ``select``); returns the :class:`kernels.presets.Preset`.
+    ``fingerprint``: {"layers", "heads", "head_dim", "hidden_size"}."""
+    from .presets import preset_from_selection, save_preset
+
+    s = table.select(alpha=alpha, target_sparsity=target_sparsity, metric=metric)
+    preset = preset_from_selection(
+        s, name=name, family=family, model_name=model_name, fingerprint=dict(fingerprint),
+        grid=table.grid, tile=table.tile, candidates=table.candidates.shape[0], prompts=prompts,
+        settings=table.settings, author=author, notes=notes, source=source,
+    )
+    save_preset(preset, out)
+    return preset
 
 
 # --------------------------------------------------------------------------- CLI
@@ -739,9 +819,12 @@ def _maybe_init_distributed():
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         backend = "nccl" if torch.cuda.is_available() else "gloo"
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-        dist.init_process_group(backend)
+        if backend == "nccl":  # one GPU per process, bound to the group (barriers know it)
+            device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+            torch.cuda.set_device(device)
+            dist.init_process_group(backend, device_id=device)
+        else:
+            dist.init_process_group(backend)
         return True
     return False
 
@@ -830,17 +913,13 @@ def main(argv=None) -> int:
                     print(f"  bucket {bi} layer {layer}: {picks}")
         return 0
 
-    from .presets import preset_from_selection, save_preset
-
-    s = table.select(alpha=args.alpha, target_sparsity=args.sparsity, metric=args.metric)
     L, Hn, Dh, hidden = args.fingerprint
-    preset = preset_from_selection(
-        s, name=args.name, family=args.family, model_name=args.model_name,
+    preset = write_preset(
+        table, args.out, alpha=args.alpha, target_sparsity=args.sparsity, metric=args.metric, name=args.name,
+        family=args.family, model_name=args.model_name,
         fingerprint={"layers": L, "heads": Hn, "head_dim": Dh, "hidden_size": hidden},
-        grid=table.grid, tile=table.tile, candidates=table.candidates.shape[0], prompts=args.prompts,
-        settings=table.settings, author=args.author, notes=args.notes,
+        prompts=args.prompts, author=args.author, notes=args.notes,
     )
-    save_preset(preset, args.out)
     print(f"wrote {args.out}: sparsity {preset.stats['sparsity']:.3f}")
     return 0
 
