@@ -47,7 +47,7 @@ def _psa_kernel(
     num_heads, num_blocks, tiles_per_block, list_stride, qk_scale_log2, grid_hw, grid_w,
     HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
-    TMA: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr,
+    TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
 ):
     # WORK lists (head, query block, query tile) in launch order; axis 1 is the batch.
@@ -76,19 +76,27 @@ def _psa_kernel(
     n_short = tl.load(LIST_COUNTS + hq * 2 + 1)
     # With TMA, full blocks are whole grid tiles fetched as 3D boxes in the caller's order.
     acc, l_i, m_i = attend_full_blocks(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, ids, n_full, BLOCK_LEN, ROW_MAP,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, ids, n_full, BLOCK_LEN, ROW_MAP,
         K_DESC, V_DESC, b, h, num_heads, grid_hw, grid_w, qk_scale_log2,
-        BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, GATHER, OFFSET_DTYPE, TMA, HEADS_IN_COLUMNS,
+        BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, GATHER, OFFSET_DTYPE, TMA,
+        K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
         TILE_T, TILE_H, TILE_W, SUB_T)
     acc, l_i, m_i = attend_listed_blocks(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
         qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER, OFFSET_DTYPE)
     out = acc / l_i[:, None]
     tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
              out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 
-@functools.lru_cache(maxsize=32)
+# One entry per distinct (grid, per-layer params): a preset gives every layer its own masks,
+# so the cache must hold all layers of the deepest model (HunyuanVideo: 60 blocks). With 32
+# entries the 40 Wan / 60 HunyuanVideo layers evicted each other and every call rebuilt its
+# schedule on the CPU (8 / 38 ms per call in benchmarks/results/e2e_comfyui_h200_*.json).
+SCHEDULE_CACHE_LAYERS = 128
+
+
+@functools.lru_cache(maxsize=SCHEDULE_CACHE_LAYERS)
 def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, block_m, block_n, grid_only_full,
                             order, device_str):
     from .layout import tile_layout
@@ -127,7 +135,10 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
     row_map = torch.cat([layout.perm.cpu().clamp_min(0),
                          n_grid + torch.arange(extra_blocks * block_tokens)])
     dev = torch.device(device_str)
-    return tuple(t.to(torch.int32).to(dev).contiguous() for t in (counts, ids, lengths, work, row_map))
+    # Block ids fit in 16 bits on any real grid: half the memory of 128 cached schedules.
+    ids = ids.to(torch.int16 if total < 2**15 else torch.int32)
+    counts, lengths, work, row_map = (t.to(torch.int32).to(dev).contiguous() for t in (counts, lengths, work, row_map))
+    return counts, ids.to(dev).contiguous(), lengths, work, row_map
 
 
 def _work_order(visits, lengths, block_m, tiles, order):
@@ -153,7 +164,7 @@ def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_m: 
                         block_n: int = PSA_BLOCK_N, grid_only_full: bool = False, order: str = "head"):
     """Per-(head, query block) key lists over grid blocks and extra-token blocks, cached.
 
-    Returns (counts int32 (H, NB, 2) [full, short], ids int32 (H, NB, W), block lengths
+    Returns (counts int32 (H, NB, 2) [full, short], ids int16/int32 (H, NB, W), block lengths
     int32 (NB,), work int32 (programs,) = (head·NB + query block)·tiles + tile in launch
     order (see ``_work_order``), slot → token map int32), NB = grid blocks + extra blocks.
     Extra (text) blocks are attended by every query block and attend to every block.
@@ -211,7 +222,8 @@ def launch_psa_kernel(q, k, v, grid, params, tile, extra_tokens, *, scale, block
         HEAD_DIM=D, BLOCK_TOKENS=block_tokens, BLOCK_M=block_m, BLOCK_N=block_n,
         DOT_DTYPE=dot_dtype_for(q.dtype), GATHER=gather,
         OFFSET_DTYPE=row_offset_dtype(max(S, nb * block_tokens), q, k, v, out),
-        TMA=descs is not None, HEADS_IN_COLUMNS=bool(descs and descs[1]),
+        TMA=descs is not None, K_HEADS_IN_COLUMNS=bool(descs and descs[1][0]),
+        V_HEADS_IN_COLUMNS=bool(descs and descs[1][1]),
         TILE_T=tile[0], TILE_H=tile[1], TILE_W=tile[2], SUB_T=sub_frames or 1,
         num_warps=num_warps, num_stages=num_stages,
     )

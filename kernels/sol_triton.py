@@ -47,7 +47,7 @@ def _sol_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, CHUNK: tl.constexpr,
     TAIL_RAGGED: tl.constexpr, KEEP_DIAGONAL: tl.constexpr,
     ROUTE: tl.constexpr, CORRECTION: tl.constexpr, DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
-    TMA: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr,
+    TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs_m = tl.arange(0, BLOCK_M)
@@ -121,13 +121,14 @@ def _sol_kernel(
             tail_ids = list_row + n_full
         # Sol's key blocks are the tiles (64, 1, 1) of the token "grid" (L, 1, 1).
         acc, l_i, m_i = attend_full_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, full_ids, n_full, BLOCK_LEN, BLOCK_LEN,
             K_DESC, V_DESC, b, h, num_heads, 1, 1, qk_scale_log2,
-            BLOCK_M, BLOCK_M, HEAD_DIM, DOT_DTYPE, False, OFFSET_DTYPE, TMA, HEADS_IN_COLUMNS,
+            BLOCK_M, BLOCK_M, HEAD_DIM, DOT_DTYPE, False, OFFSET_DTYPE, TMA,
+            K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
             BLOCK_M, 1, 1, BLOCK_M)
         if TAIL_RAGGED:
             acc, l_i, m_i = attend_listed_blocks(
-                acc, l_i, m_i, q, k_base, v_base, stride_kn, tail_ids, n_tail, BLOCK_LEN, BLOCK_LEN,
+                acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, tail_ids, n_tail, BLOCK_LEN, BLOCK_LEN,
                 qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE, False, OFFSET_DTYPE)
         tl.store(COUNTS + item, n_full + n_tail)
         l_safe = tl.where(l_i > 0, l_i, 1.0)
@@ -182,7 +183,8 @@ def launch_sol_kernel(q, k, v, k_pool, v_pool, tau, forced, block_len, *, scale,
         TAIL_RAGGED=(L % SOL_BLOCK_M) != 0, KEEP_DIAGONAL=bool(keep_diagonal),
         ROUTE=route, CORRECTION=correction, DOT_DTYPE=dot_dtype_for(q.dtype),
         OFFSET_DTYPE=row_offset_dtype(L + SOL_BLOCK_M, q, k, v, out),
-        TMA=descs is not None, HEADS_IN_COLUMNS=bool(descs and descs[1]),
+        TMA=descs is not None, K_HEADS_IN_COLUMNS=bool(descs and descs[1][0]),
+        V_HEADS_IN_COLUMNS=bool(descs and descs[1][1]),
         num_warps=num_warps, num_stages=num_stages,
     )
     return out, counts

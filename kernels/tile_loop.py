@@ -55,13 +55,15 @@ def next_block_id(block_ids, blk_next, t, n_steps, SUB: tl.constexpr):
     t + 1. Fetching the id in the step that uses it put its load latency in front of every
     pipelined K/V copy: with every block visited the loop ran at 60 % of cuDNN, with the id
     one step ahead at 80 % (benchmarks/results/kernels_h200_idmode.json)."""
-    return blk_next, tl.load(block_ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0)
+    # Ids may be stored in 16 bits; row arithmetic on them must not be.
+    nxt = tl.load(block_ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0).to(tl.int32)
+    return blk_next, nxt
 
 
 @triton.jit
 def attend_listed_blocks(
     acc, l_i, m_i, q,
-    k_base, v_base, stride_kn,
+    k_base, v_base, stride_kn, stride_vn,
     block_ids, count, block_len, row_map,
     qk_scale_log2,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -80,7 +82,7 @@ def attend_listed_blocks(
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    blk_next = tl.load(block_ids, mask=count > 0, other=0)
+    blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
     for t in range(0, count * SUB):
         blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
         first = (t % SUB) * BLOCK_N
@@ -91,13 +93,15 @@ def attend_listed_blocks(
                 rows = tl.load(row_map + rows, mask=valid, other=0)
         elif GATHER:
             rows = tl.load(row_map + rows)
-        ptr_off = rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :]
+        # K and V rows have their own strides (a v that is a view of a fused qkv, say).
+        k_off = rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :]
+        v_off = rows[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :]
         if MASKED:
-            k = tl.load(k_base + ptr_off, mask=valid[:, None], other=0.0)
-            v = tl.load(v_base + ptr_off, mask=valid[:, None], other=0.0)
+            k = tl.load(k_base + k_off, mask=valid[:, None], other=0.0)
+            v = tl.load(v_base + v_off, mask=valid[:, None], other=0.0)
         else:
-            k = tl.load(k_base + ptr_off)
-            v = tl.load(v_base + ptr_off)
+            k = tl.load(k_base + k_off)
+            v = tl.load(v_base + v_off)
         s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
         if MASKED:
             s = tl.where(valid[None, :], s, float("-inf"))
@@ -108,7 +112,7 @@ def attend_listed_blocks(
 @triton.jit
 def attend_full_blocks_tma(
     acc, l_i, m_i, q,
-    k_desc, v_desc, desc_b, desc_col,
+    k_desc, v_desc, k_b, k_col, v_b, v_col,
     block_ids, count, grid_hw, grid_w,
     qk_scale_log2,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
@@ -119,19 +123,20 @@ def attend_full_blocks_tma(
     Key blocks are 3D tiles (TILE_T, TILE_H, TILE_W) of a token grid seen through a 5D
     descriptor (batch-or-batch·head, T, H, W, columns); each is walked in boxes of SUB_T
     frames, BLOCK_N = SUB_T·TILE_H·TILE_W rows. Sol's blocks are the case grid (L, 1, 1),
-    tile (64, 1, 1). No per-element address arithmetic: one coordinate per box.
+    tile (64, 1, 1). No per-element address arithmetic: one coordinate per box. K and V each
+    have their own (first, last) box coordinates: their layouts may differ.
     """
     SUB: tl.constexpr = TILE_T // SUB_T
     BLOCK_N: tl.constexpr = SUB_T * TILE_H * TILE_W
-    blk_next = tl.load(block_ids, mask=count > 0, other=0)
+    blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
     for t in range(0, count * SUB):
         blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
         tb = blk // grid_hw
         hb = (blk % grid_hw) // grid_w
         wb = blk % grid_w
         t0 = tb * TILE_T + (t % SUB) * SUB_T
-        k = k_desc.load([desc_b, t0, hb * TILE_H, wb * TILE_W, desc_col]).reshape(BLOCK_N, HEAD_DIM)
-        v = v_desc.load([desc_b, t0, hb * TILE_H, wb * TILE_W, desc_col]).reshape(BLOCK_N, HEAD_DIM)
+        k = k_desc.load([k_b, t0, hb * TILE_H, wb * TILE_W, k_col]).reshape(BLOCK_N, HEAD_DIM)
+        v = v_desc.load([v_b, t0, hb * TILE_H, wb * TILE_W, v_col]).reshape(BLOCK_N, HEAD_DIM)
         s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
     return acc, l_i, m_i
@@ -140,25 +145,27 @@ def attend_full_blocks_tma(
 @triton.jit
 def attend_full_blocks(
     acc, l_i, m_i, q,
-    k_base, v_base, stride_kn, block_ids, count, block_len, row_map,
+    k_base, v_base, stride_kn, stride_vn, block_ids, count, block_len, row_map,
     k_desc, v_desc, b, h, num_heads, grid_hw, grid_w,
     qk_scale_log2,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
     DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
-    TMA: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr,
+    TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
 ):
     """The unmasked loop of both kernels: TMA boxes when ``grid_descriptors`` made descriptors,
-    else the pointer loop. The box coordinates follow ``grid_descriptors``' two layouts."""
+    else the pointer loop. The box coordinates follow ``grid_descriptors``' two layouts, per
+    tensor (HunyuanVideo's single blocks hand over k heads first and v as a view of qkv)."""
     if TMA:
-        desc_b = b if HEADS_IN_COLUMNS else b * num_heads + h
-        desc_col = h * HEAD_DIM if HEADS_IN_COLUMNS else 0
         acc, l_i, m_i = attend_full_blocks_tma(
-            acc, l_i, m_i, q, k_desc, v_desc, desc_b, desc_col, block_ids, count, grid_hw, grid_w,
+            acc, l_i, m_i, q, k_desc, v_desc,
+            b if K_HEADS_IN_COLUMNS else b * num_heads + h, h * HEAD_DIM if K_HEADS_IN_COLUMNS else 0,
+            b if V_HEADS_IN_COLUMNS else b * num_heads + h, h * HEAD_DIM if V_HEADS_IN_COLUMNS else 0,
+            block_ids, count, grid_hw, grid_w,
             qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE)
     else:
         acc, l_i, m_i = attend_listed_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, block_ids, count, block_len, row_map,
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, block_ids, count, block_len, row_map,
             qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER, OFFSET_DTYPE)
     return acc, l_i, m_i
 
@@ -166,8 +173,9 @@ def attend_full_blocks(
 def grid_descriptors(tensors, grid, sub_tile):
     """5D TMA descriptors viewing the first T·H·W tokens of (B, L, heads, D) tensors as a grid.
 
-    Returns (descriptors, heads_in_columns) or None when the memory layout does not allow it
-    (then the pointer loop runs). Two layouts qualify: heads and head dim contiguous
+    Returns (descriptors, heads_in_columns per tensor) or None when the memory layout of any
+    tensor does not allow it (then the pointer loop runs). Two layouts qualify, each tensor on
+    its own: heads and head dim contiguous
     ((B, L, heads·D) as Wan and LTX hand it over): view (B, T, H, W, heads·D), coordinates
     (b, …, h·D); or heads first ((B, heads, L, D) as HunyuanVideo): view (B·heads, T, H, W, D),
     coordinates (b·heads + h, …, 0). ``sub_tile`` = (frames, H, W) of one box.
@@ -179,21 +187,20 @@ def grid_descriptors(tensors, grid, sub_tile):
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     T, H, W = grid
-    descs = []
-    heads_in_columns = None
+    descs, heads_in_columns = [], []
     for x in tensors:
         B, L, nh, D = x.shape
         sb, sl, sh, sd = x.stride()
         if sd != 1 or x.data_ptr() % 16 or (sl * x.element_size()) % 16:
             return None
-        if sh == D and (heads_in_columns in (None, True)):
+        if sh == D:
             shape = [B, T, H, W, nh * D]
             strides = [sb, H * W * sl, W * sl, sl, 1]
-            heads_in_columns = True
-        elif sl == D and sb == nh * sh and (heads_in_columns in (None, False)):
+            heads_in_columns.append(True)
+        elif sl == D and sb == nh * sh:
             shape = [B * nh, T, H, W, D]
             strides = [sh, H * W * sl, W * sl, sl, 1]
-            heads_in_columns = False
+            heads_in_columns.append(False)
         else:
             return None
         if any((st * x.element_size()) % 16 for st in strides[:-1]):

@@ -85,6 +85,30 @@ def test_tma_and_pointer_loops_agree_with_reference(tma):
     assert rel_err(out, ref) < 3e-3
 
 
+def single_block_layout(q, k, v):
+    """q, k, v (B, L, H, D) as HunyuanVideo's single blocks hand them over: q and k heads
+    first (made by RoPE), v a view into the fused qkv projection (B, L, 3, H, D)."""
+    qkv = torch.stack([q, k, v], dim=2)
+    heads_first = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k))
+    return (*heads_first, qkv[:, :, 2])
+
+
+def test_tma_descriptors_take_each_tensor_in_its_own_layout():
+    from kernels.psa_triton import launch_psa_kernel
+    from kernels.tile_loop import grid_descriptors
+
+    grid, tile, extra = (3, 5, 7), (2, 2, 4), 6
+    gen = torch.Generator().manual_seed(13)
+    q, k, v = single_block_layout(*(torch.randn(2, 3 * 5 * 7 + extra, 2, 64, generator=gen).half()
+                                    for _ in range(3)))
+    descs = grid_descriptors((k, v), grid, (2, 2, 4))
+    assert descs is not None and descs[1] == [False, True]  # k heads first, v heads in columns
+    params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])
+    out = launch_psa_kernel(q, k, v, grid, params, tile, extra, scale=0.125)
+    ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    assert rel_err(out, ref) < 3e-3
+
+
 def test_tma_box_sizes():
     from kernels.psa_triton import tma_sub_frames
 
@@ -115,3 +139,34 @@ def test_work_orders_agree_and_skip_padding_tiles(order):
                                            [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)])
     with pytest.raises(ValueError, match="order"):
         psa_kernel_schedule(grid, params, tile, extra, "cpu", block_m=64, order="random")
+
+
+def test_schedule_cache_holds_every_layer_of_a_deep_model():
+    """A preset gives each of HunyuanVideo's 60 blocks its own masks: all 60 schedules stay
+    cached (a smaller cache rebuilt every schedule on every call), block ids in 16 bits."""
+    from kernels.psa_triton import _cached_kernel_schedule, psa_kernel_schedule
+
+    grid, tile = (4, 8, 8), (2, 4, 4)
+    layers = [torch.tensor([[1 + l % 2, 0, 0, 1 + l // 2, 0, 0]]) for l in range(60)]
+    for p in layers:
+        psa_kernel_schedule(grid, p, tile, 0, "cpu")
+    before = _cached_kernel_schedule.cache_info()
+    for p in layers:
+        ids = psa_kernel_schedule(grid, p, tile, 0, "cpu")[1]
+    after = _cached_kernel_schedule.cache_info()
+    assert after.hits - before.hits == 60 and after.misses == before.misses
+    assert ids.dtype == torch.int16
+
+
+def test_text_block_beyond_16_bit_rows():
+    """Block ids are cached in 16 bits; the row of the text block (id 256 of 128 tokens =
+    row 32768) must still be computed in 32 bits (it overflowed int16 once: an illegal
+    address on the H200 in the HunyuanVideo E2E run)."""
+    grid, tile, extra = (2, 128, 128), (1, 8, 16), 5
+    L = 2 * 128 * 128 + extra
+    gen = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, L, 1, 64, generator=gen).half() for _ in range(3))
+    params = torch.tensor([[1, 0, 0, 1, 0, 0]])
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    assert rel_err(out, ref) < 3e-3

@@ -171,12 +171,17 @@ def test_kernel_rejects_what_it_cannot_run(monkeypatch):
         kernels.sol_attention(q, k, v, beta=1.0)
 
 
-@pytest.mark.parametrize("tma", [False, True])
-def test_precomputed_lists_without_correction_match_block_sparse_reference(tma):
+@pytest.mark.parametrize("tma,layout", [(False, "blhd"), (True, "blhd"), (False, "mixed"), (True, "mixed")])
+def test_precomputed_lists_without_correction_match_block_sparse_reference(tma, layout):
+    """"mixed": k heads first and v a view of a fused qkv (HunyuanVideo's single blocks), each
+    read through its own TMA descriptor layout."""
     from kernels.sol_routing import block_lengths
     from kernels.sol_triton import block_lists_from_selection, launch_sol_kernel
 
     q, k, v = qkv(1, 200, 2, 64, torch.float16, seed=21)
+    if layout == "mixed":
+        fused = torch.stack([q, k, v], dim=2)
+        k, v = k.transpose(1, 2).contiguous().transpose(1, 2), fused[:, :, 2]
     sel = kernels.sol_block_selection(q, k, v, beta=0.3, keep_diagonal=True)
     lists = block_lists_from_selection(sel, 200)
     lens = block_lengths(200, q.device)
