@@ -402,3 +402,43 @@ def test_triton_op_through_the_dispatcher_path(pack):
     ref, _ = pack.ops.sol_attention(q, k, v, beta=float("-inf"), backend="reference")
     assert out.dtype == torch.float16 and dens.shape == (1, 2)
     torch.testing.assert_close(out.float(), ref.float(), atol=2e-3, rtol=2e-3)
+
+
+def test_hunyuan_video_attention_layouts_on_the_triton_kernels(pack):
+    """The q/k/v that ComfyUI's HunyuanVideo blocks hand to attention keep their memory layout
+    into the Triton kernels (interpreted here): the single block passes k heads first and v as
+    a view into its fused qkv projection, so K and V rows have different strides (V was once
+    read with K's stride). Each call, in bf16 with its exact strides, matches the reference."""
+    hy = H.build_hunyuan_video(0, depth=1, depth_single_blocks=1)
+    calls = []
+
+    def capture(func, *args, **kwargs):
+        calls.append((args, kwargs))
+        return func(*args, **kwargs)
+
+    m = hy.patcher.clone()
+    m.model_options.setdefault("transformer_options", {})["optimized_attention_override"] = capture
+    H.sample(hy, steps=1, model=m)
+
+    def bf16_same_layout(t):
+        base = t if t._base is None else t._base
+        assert base.is_contiguous()
+        return base.to(torch.bfloat16).as_strided(t.shape, t.stride(), t.storage_offset())
+
+    grid, n_video = (3, 4, 6), 72          # latent (1, 16, 3, 8, 12), patch (1, 2, 2); 16 text tokens
+    joint = [(a, kw) for a, kw in calls if kw.get("skip_reshape") and a[0].shape[2] == n_video + 16]
+    assert len(joint) == 2                  # one double block, one single block
+    mixed = 0
+    for args, kw in joint:
+        q, k, v = (pack.dispatch.blhd(bf16_same_layout(t), args[3], True) for t in args[:3])
+        mixed += k.stride(1) != v.stride(1)
+        sinks = [(n_video, n_video + 16)]
+        out, _ = pack.ops.sol_attention(q, k, v, beta=float("-inf"), sinks=sinks, backend="triton")
+        ref, _ = pack.ops.sol_attention(q, k, v, beta=float("-inf"), sinks=sinks, backend="reference")
+        torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
+        params = torch.tensor([[2, 0, 0, 1, 0, 0]])
+        kw_psa = dict(grid=list(grid), params=params, tile=[1, 4, 4], extra_tokens=16)
+        out = pack.ops.psa_attention(q, k, v, backend="triton", **kw_psa)
+        ref = pack.ops.psa_attention(q, k, v, backend="reference", **kw_psa)
+        torch.testing.assert_close(out.float(), ref.float(), atol=3e-2, rtol=3e-2)
+    assert mixed == 1                       # the single block's K and V rows differ in stride
