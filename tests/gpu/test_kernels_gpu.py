@@ -10,29 +10,47 @@ def rel_err(a, b):
     return ((a.float() - b.float()).norm() / b.float().norm()).item()
 
 
+def in_layout(q, k, v, layout):
+    """"blhd": as made; "single_block": HunyuanVideo's single blocks, q and k heads first and
+    v a view into the fused qkv projection (K and V rows of different strides)."""
+    if layout == "blhd":
+        return q, k, v
+    fused = torch.stack([q, k, v], dim=2)
+    q, k = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k))
+    return q, k, fused[:, :, 2]
+
+
 def poison(nbytes):
     junk = torch.full((nbytes // 2 + 4096,), float("nan"), dtype=torch.bfloat16, device="cuda")
     del junk
 
 
-@pytest.mark.parametrize("L,H,beta,estimator,diag", [(75600, 2, 1.04, "exact", False), (32768 + 5, 3, 1.5, "diag", True)])
-def test_sol_full_size(L, H, beta, estimator, diag):
+@pytest.mark.parametrize("L,H,beta,estimator,diag,layout,sinks", [
+    (75600, 2, 1.04, "exact", False, "blhd", None),
+    (32768 + 5, 3, 1.5, "diag", True, "blhd", None),
+    (118800 + 256, 2, 1.04, "exact", False, "single_block", [(118800, 118800 + 256)]),
+])
+def test_sol_full_size(L, H, beta, estimator, diag, layout, sinks):
     g = torch.Generator(device="cuda").manual_seed(L)
-    q, k, v = (torch.randn(1, L, H, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    q, k, v = in_layout(*(torch.randn(1, L, H, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+                          for _ in range(3)), layout)
     poison(q.numel() * 2)
-    out, st = kernels.sol_attention(q, k, v, beta=beta, estimator=estimator, keep_diagonal=diag, return_stats=True)
-    ref, rst = kernels.sol_attention_reference(q, k, v, beta=beta, estimator=estimator, keep_diagonal=diag,
-                                               return_stats=True)
+    kw = dict(beta=beta, estimator=estimator, keep_diagonal=diag, sinks=sinks, return_stats=True)
+    out, st = kernels.sol_attention(q, k, v, **kw)
+    ref, rst = kernels.sol_attention_reference(q, k, v, **kw)
     assert torch.isfinite(out).all()
     assert rel_err(out, ref) < 2e-2
     assert (st["density"] - rst["density"]).abs().max() < 1e-3
 
 
-@pytest.mark.parametrize("grid,tile,extra", [((21, 45, 80), (3, 8, 16), 0), ((30, 48, 80), (6, 8, 8), 256)])
-def test_psa_full_size(grid, tile, extra):
+@pytest.mark.parametrize("grid,tile,extra,layout", [((21, 45, 80), (3, 8, 16), 0, "blhd"),
+                                                    ((30, 48, 80), (6, 8, 8), 256, "blhd"),
+                                                    ((33, 45, 80), (3, 8, 16), 256, "single_block")])
+def test_psa_full_size(grid, tile, extra, layout):
     L = grid[0] * grid[1] * grid[2] + extra
     g = torch.Generator(device="cuda").manual_seed(L)
-    q, k, v = (torch.randn(1, L, 2, 128, device="cuda", dtype=torch.bfloat16, generator=g) for _ in range(3))
+    q, k, v = in_layout(*(torch.randn(1, L, 2, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+                          for _ in range(3)), layout)
     params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 3, 2, 0, 10]])
     poison(q.numel() * 2)
     out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
