@@ -431,7 +431,7 @@ class DenseOverride:
         return func(*args, **kwargs)
 
     def report(self) -> dict:
-        held = sum(t.numel() * t.element_size() for t in self.captured) if self.captured else 0
+        held = sum(t.untyped_storage().nbytes() for t in self.captured) if self.captured else 0
         return {"calls": self.calls, "self_attention_calls": self.self_calls,
                 "captured_qkv_gib": held / GiB,
                 "self_attention_batch_sizes": sorted(self.batches),
@@ -445,12 +445,20 @@ class DenseOverride:
 
 
 def _blhd_copy(args, kwargs):
+    """Copies of one call's q, k, v as (B, L, H, D) views with the model's own strides, so the
+    stand-alone kernel reads the same layout as inside the model (HunyuanVideo's single blocks
+    hand over v as a view into the fused qkv projection: its rows are strided)."""
     q, k, v = args[0], args[1], args[2]
     heads = _heads(args, kwargs)
-    if kwargs.get("skip_reshape", False):
-        return tuple(t.transpose(1, 2).contiguous() for t in (q, k, v))
-    b, n, hd = q.shape
-    return tuple(t.reshape(b, t.shape[1], heads, hd // heads).clone() for t in (q, k, v))
+    copies = []
+    for t in (q, k, v):
+        c = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+        if kwargs.get("skip_reshape", False):
+            c = c.transpose(1, 2)
+        else:
+            c = c.unflatten(-1, (heads, c.shape[-1] // heads))
+        copies.append(c)
+    return tuple(copies)
 
 
 class StubOverride:
