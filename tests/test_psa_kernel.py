@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import kernels
+from qkv_layouts import hunyuan_single_block
 
 
 def rel_err(a, b):
@@ -85,21 +86,13 @@ def test_tma_and_pointer_loops_agree_with_reference(tma):
     assert rel_err(out, ref) < 3e-3
 
 
-def single_block_layout(q, k, v):
-    """q, k, v (B, L, H, D) as HunyuanVideo's single blocks hand them over: q and k heads
-    first (made by RoPE), v a view into the fused qkv projection (B, L, 3, H, D)."""
-    qkv = torch.stack([q, k, v], dim=2)
-    heads_first = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k))
-    return (*heads_first, qkv[:, :, 2])
-
-
 def test_tma_descriptors_take_each_tensor_in_its_own_layout():
     from kernels.psa_triton import launch_psa_kernel
     from kernels.tile_loop import grid_descriptors
 
     grid, tile, extra = (3, 5, 7), (2, 2, 4), 6
     gen = torch.Generator().manual_seed(13)
-    q, k, v = single_block_layout(*(torch.randn(2, 3 * 5 * 7 + extra, 2, 64, generator=gen).half()
+    q, k, v = hunyuan_single_block(*(torch.randn(2, 3 * 5 * 7 + extra, 2, 64, generator=gen).half()
                                     for _ in range(3)))
     descs = grid_descriptors((k, v), grid, (2, 2, 4))
     assert descs is not None and descs[1] == [False, True]  # k heads first, v heads in columns

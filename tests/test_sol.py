@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import kernels
+from qkv_layouts import hunyuan_single_block
 from kernels.sol_routing import SOL_BLOCK
 
 
@@ -180,8 +181,7 @@ def test_precomputed_lists_without_correction_match_block_sparse_reference(tma, 
 
     q, k, v = qkv(1, 200, 2, 64, torch.float16, seed=21)
     if layout == "mixed":
-        fused = torch.stack([q, k, v], dim=2)
-        k, v = k.transpose(1, 2).contiguous().transpose(1, 2), fused[:, :, 2]
+        q, k, v = hunyuan_single_block(q, k, v)
     sel = kernels.sol_block_selection(q, k, v, beta=0.3, keep_diagonal=True)
     lists = block_lists_from_selection(sel, 200)
     lens = block_lengths(200, q.device)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 import kernels
+from qkv_layouts import hunyuan_single_block
 
 
 def rel_err(a, b):
@@ -11,13 +12,8 @@ def rel_err(a, b):
 
 
 def in_layout(q, k, v, layout):
-    """"blhd": as made; "single_block": HunyuanVideo's single blocks, q and k heads first and
-    v a view into the fused qkv projection (K and V rows of different strides)."""
-    if layout == "blhd":
-        return q, k, v
-    fused = torch.stack([q, k, v], dim=2)
-    q, k = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k))
-    return q, k, fused[:, :, 2]
+    """"blhd": as made; "single_block": HunyuanVideo's single blocks (qkv_layouts)."""
+    return (q, k, v) if layout == "blhd" else hunyuan_single_block(q, k, v)
 
 
 def poison(nbytes):
