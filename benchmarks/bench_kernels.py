@@ -360,8 +360,11 @@ def sweep_psa(results, name, rho, H, D, rep_ms, configs):
 def bench_dense_ceiling(results, H, D, rep_ms):
     """Per-block efficiency with every block visited (80,640 tokens, 21x48x80, no padding):
     cuDNN; FlexAttention without a mask (Triton's generated dense kernel in this stack); our
-    PSA kernel with the full mask; our Sol loop (64-row tiles) fed every block. The ratio of
-    each to cuDNN bounds what a block-sparse kernel of the same loop can reach per block."""
+    PSA kernel with the full mask; our Sol loop (64-row tiles) fed every block; a plain dense
+    Triton loop without and with automatic warp specialization (benchmarks/dense_ws_probe.py).
+    The ratio of each to cuDNN bounds what a block-sparse kernel of the same loop can reach per
+    block."""
+    from benchmarks.dense_ws_probe import VARIANTS as DENSE_PROBES, dense_attention, kernel_facts
     from kernels.psa_triton import launch_psa_kernel
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -387,16 +390,20 @@ def bench_dense_ceiling(results, H, D, rep_ms):
     flex = torch.compile(flex_attention, dynamic=False)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     variants["flex_no_mask"] = lambda: flex(qt, kt, vt).transpose(1, 2)
+    for name, (ws, block_m) in DENSE_PROBES.items():
+        variants[name] = lambda ws=ws, block_m=block_m: dense_attention(q, k, v, ws, block_m)[0]
+    results["ceiling"] = row
     for name, fn in variants.items():
         try:
             err = rel_l2(fn(), ref)
             ms = bench_ms(fn, rep_ms)
             row[name] = dict(ms=ms, share_of_cudnn=t_dense / ms, rel_l2_vs_cudnn=err)
+            if name in DENSE_PROBES:  # whether this Triton partitioned the loop, and at what cost in warps
+                row[name].update(kernel_facts(dense_attention(q, k, v, *DENSE_PROBES[name])[1]))
         except Exception as exc:  # record why a variant could not run, keep the job going
             row[name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
         print(f"ceiling {name}: {row[name]}", flush=True)
-    results["ceiling"] = row
-    save(results)
+        save(results)
 
 
 def main():
