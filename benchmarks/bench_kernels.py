@@ -203,8 +203,14 @@ def sweep_sol(results, L, rho, H, D, rep_ms, configs):
                                               keep_diagonal=False, route=False, correction=False,
                                               block_lists=lists, num_warps=warps, num_stages=stages,
                                               programs_per_sm=per_sm, tma=bool(tma))
+            # The routing pass without the correction: what picking and staging cost alone.
+            route_only = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
+                                                   keep_diagonal=False, correction=False, num_warps=warps,
+                                                   num_stages=stages, programs_per_sm=per_sm, tma=bool(tma),
+                                                   chunk=chunk)
             row["fused_kernel_ms"] = bench_ms(fused, rep_ms)
             row["lists_kernel_ms"] = bench_ms(plain, rep_ms)
+            row["routing_without_correction_ms"] = bench_ms(route_only, rep_ms)
         except Exception as exc:  # a configuration that does not compile or fit is recorded, not fatal
             row["error"] = f"{type(exc).__name__}: {exc}"[:300]
         results["sweep"].append(row)

@@ -5,8 +5,9 @@ blocks of ``BLOCK_TOKENS`` slots whose real tokens come first, then the extra (t
 cut into blocks of the same size. It reads q/k/v and writes the output in their own (B, L,
 H, D) order through a slot → token map, so no permuted or padded copy is ever made. A
 program owns one query tile (up to 128 rows of one block) and walks that block's key list
-with the shared tile loop: full blocks unmasked,
-short blocks (padding, the last text block) masked. The lists come from a schedule computed
+with the shared tile loop: full blocks unmasked, grid tiles cut by the 3D padding through
+the same TMA boxes with the outside rows masked, other short blocks (the last text block; all
+short blocks without TMA) through the masked pointer loop. The lists come from a schedule computed
 once per (grid, tile, params, extra tokens) and cached.
 
 Work order (``WORK``, one entry per program: (head, query block, query tile) flattened) decides
@@ -28,10 +29,12 @@ import triton.language as tl
 from .tile_loop import (
     NEG_BIG,
     attend_full_blocks,
+    attend_grid_blocks_tma,
     attend_listed_blocks,
     dot_dtype_for,
     grid_descriptors,
     row_offset_dtype,
+    tma_box_origin,
 )
 
 PSA_BLOCK_N = 128  # measured best on the H200 (benchmarks/NOTES.md)
@@ -45,6 +48,7 @@ def _psa_kernel(
     stride_vb, stride_vn, stride_vh,
     stride_ob, stride_on, stride_oh,
     num_heads, num_blocks, tiles_per_block, list_stride, qk_scale_log2, grid_hw, grid_w,
+    tokens_t, tokens_h, tokens_w,
     HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
     TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
@@ -72,8 +76,9 @@ def _psa_kernel(
     k_base = K + b.to(tl.int64) * stride_kb + h * stride_kh
     v_base = V + b.to(tl.int64) * stride_vb + h * stride_vh
     ids = LIST_IDS + hq.to(tl.int64) * list_stride
-    n_full = tl.load(LIST_COUNTS + hq * 2)
-    n_short = tl.load(LIST_COUNTS + hq * 2 + 1)
+    n_full = tl.load(LIST_COUNTS + hq * 3)
+    n_padded = tl.load(LIST_COUNTS + hq * 3 + 1)
+    n_other = tl.load(LIST_COUNTS + hq * 3 + 2)
     # With TMA, full blocks are whole grid tiles fetched as 3D boxes in the caller's order.
     acc, l_i, m_i = attend_full_blocks(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, ids, n_full, BLOCK_LEN, ROW_MAP,
@@ -81,8 +86,21 @@ def _psa_kernel(
         BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, GATHER, OFFSET_DTYPE, TMA,
         K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
         TILE_T, TILE_H, TILE_W, SUB_T)
+    if TMA:
+        # Grid tiles cut by the 3D padding: the same boxes, the outside rows masked.
+        k_b, k_col = tma_box_origin(b, h, num_heads, HEAD_DIM, K_HEADS_IN_COLUMNS)
+        v_b, v_col = tma_box_origin(b, h, num_heads, HEAD_DIM, V_HEADS_IN_COLUMNS)
+        acc, l_i, m_i = attend_grid_blocks_tma(
+            acc, l_i, m_i, q, K_DESC, V_DESC, k_b, k_col, v_b, v_col,
+            ids + n_full, n_padded, grid_hw, grid_w, tokens_t, tokens_h, tokens_w,
+            qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE, True)
+        short_ids = ids + n_full + n_padded
+        n_short = n_other
+    else:
+        short_ids = ids + n_full
+        n_short = n_padded + n_other
     acc, l_i, m_i = attend_listed_blocks(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, ids + n_full, n_short, BLOCK_LEN, ROW_MAP,
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, short_ids, n_short, BLOCK_LEN, ROW_MAP,
         qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER, OFFSET_DTYPE)
     out = acc / l_i[:, None]
     tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
@@ -114,21 +132,22 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
                          torch.full((extra_blocks,), block_tokens, dtype=torch.int32)])
     if extra_blocks:
         lengths[-1] = extra_tokens - (extra_blocks - 1) * block_tokens
-    # A block runs unmasked only when it is full and cut into whole BLOCK_N sub-tiles (and,
-    # for the TMA loop, is a tile of the grid rather than of the text tokens).
-    is_full = (lengths == block_tokens) & (block_tokens % block_n == 0)
-    if grid_only_full:
-        is_full &= torch.arange(total) < nb
-    full_pick = keep & is_full
-    short_pick = keep & ~is_full
-    n_full = full_pick.sum(-1)
-    n_short = short_pick.sum(-1)
-    width = int((n_full + n_short).max())
-    # Full blocks first, then short ones, each ascending: sort on (class, index).
-    key = torch.where(full_pick, 0, torch.where(short_pick, 1, 2)) * total + torch.arange(total)
+    # Three classes of key block, each run by its own loop: full blocks cut into whole
+    # BLOCK_N sub-tiles (unmasked; for the TMA loop only tiles of the grid), grid tiles cut
+    # by the 3D padding (masked TMA boxes, or the masked pointer loop), the rest (masked
+    # pointer loop: text tokens, and without TMA every short block).
+    in_grid = torch.arange(total) < nb
+    # The TMA loop reads whole tiles in boxes (``tma_sub_frames``), the pointer loop BLOCK_N rows.
+    is_full = (lengths == block_tokens) & (in_grid if grid_only_full else block_tokens % block_n == 0)
+    block_class = torch.where(is_full, 0, torch.where(in_grid, 1, 2))
+    per_class = [(keep & (block_class == c)).sum(-1) for c in range(3)]
+    visits = per_class[0] + per_class[1] + per_class[2]
+    width = int(visits.max())
+    # Class by class, each ascending: sort on (class, index); unvisited blocks sort last.
+    key = torch.where(keep, block_class, 3) * total + torch.arange(total)
     ids = torch.sort(key, dim=-1).values[..., :width] % total
-    counts = torch.stack([n_full, n_short], dim=-1).to(torch.int32)
-    work = _work_order(n_full + n_short, lengths, block_m, -(-block_tokens // block_m), order)
+    counts = torch.stack(per_class, dim=-1).to(torch.int32)
+    work = _work_order(visits, lengths, block_m, -(-block_tokens // block_m), order)
     # Slot -> token of the caller's sequence; padding slots point at token 0 and are never
     # read unmasked (they lie past their block's length).
     n_grid = layout.n_tokens
@@ -164,8 +183,8 @@ def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_m: 
                         block_n: int = PSA_BLOCK_N, grid_only_full: bool = False, order: str = "head"):
     """Per-(head, query block) key lists over grid blocks and extra-token blocks, cached.
 
-    Returns (counts int32 (H, NB, 2) [full, short], ids int16/int32 (H, NB, W), block lengths
-    int32 (NB,), work int32 (programs,) = (head·NB + query block)·tiles + tile in launch
+    Returns (counts int32 (H, NB, 3) [full, padded grid tiles, other short], ids
+    int16/int32 (H, NB, W) in that order, block lengths int32 (NB,), work int32 (programs,) = (head·NB + query block)·tiles + tile in launch
     order (see ``_work_order``), slot → token map int32), NB = grid blocks + extra blocks.
     Extra (text) blocks are attended by every query block and attend to every block.
     ``params`` must already be validated (int64 (H, 6)).
@@ -218,7 +237,7 @@ def launch_psa_kernel(q, k, v, grid, params, tile, extra_tokens, *, scale, block
         k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        H, nb, tiles, ids.shape[-1], scale * math.log2(math.e), n_hw, n_w,
+        H, nb, tiles, ids.shape[-1], scale * math.log2(math.e), n_hw, n_w, *grid,
         HEAD_DIM=D, BLOCK_TOKENS=block_tokens, BLOCK_M=block_m, BLOCK_N=block_n,
         DOT_DTYPE=dot_dtype_for(q.dtype), GATHER=gather,
         OFFSET_DTYPE=row_offset_dtype(max(S, nb * block_tokens), q, k, v, out),

@@ -110,24 +110,33 @@ def attend_listed_blocks(
 
 
 @triton.jit
-def attend_full_blocks_tma(
+def attend_grid_blocks_tma(
     acc, l_i, m_i, q,
     k_desc, v_desc, k_b, k_col, v_b, v_col,
-    block_ids, count, grid_hw, grid_w,
+    block_ids, count, grid_hw, grid_w, tokens_t, tokens_h, tokens_w,
     qk_scale_log2,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
-    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, MASKED: tl.constexpr,
 ):
-    """The unmasked loop with K/V tiles fetched by the tensor memory accelerator (Hopper).
+    """The key loop with K/V tiles fetched by the tensor memory accelerator (Hopper).
 
     Key blocks are 3D tiles (TILE_T, TILE_H, TILE_W) of a token grid seen through a 5D
     descriptor (batch-or-batch·head, T, H, W, columns); each is walked in boxes of SUB_T
     frames, BLOCK_N = SUB_T·TILE_H·TILE_W rows. Sol's blocks are the case grid (L, 1, 1),
     tile (64, 1, 1). No per-element address arithmetic: one coordinate per box. K and V each
     have their own (first, last) box coordinates: their layouts may differ.
+    MASKED: tiles that stick out of the (tokens_t, tokens_h, tokens_w) grid (3D padding).
+    The copy engine fills the outside rows with zeros; their scores become -inf here, from
+    the box coordinates alone, so padded tiles need neither a slot map nor address tensors.
     """
     SUB: tl.constexpr = TILE_T // SUB_T
     BLOCK_N: tl.constexpr = SUB_T * TILE_H * TILE_W
+    if MASKED:
+        # (frame, row, column) of every row of a box, relative to its corner.
+        box_row = tl.arange(0, BLOCK_N)
+        box_t = box_row // (TILE_H * TILE_W)
+        box_h = (box_row // TILE_W) % TILE_H
+        box_w = box_row % TILE_W
     blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
     for t in range(0, count * SUB):
         blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
@@ -138,8 +147,20 @@ def attend_full_blocks_tma(
         k = k_desc.load([k_b, t0, hb * TILE_H, wb * TILE_W, k_col]).reshape(BLOCK_N, HEAD_DIM)
         v = v_desc.load([v_b, t0, hb * TILE_H, wb * TILE_W, v_col]).reshape(BLOCK_N, HEAD_DIM)
         s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
+        if MASKED:
+            inside = ((t0 + box_t < tokens_t) & (hb * TILE_H + box_h < tokens_h)
+                      & (wb * TILE_W + box_w < tokens_w))
+            s = tl.where(inside[None, :], s, float("-inf"))
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
     return acc, l_i, m_i
+
+
+@triton.jit
+def tma_box_origin(b, h, num_heads, HEAD_DIM: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr):
+    """(first, last) box coordinates of (batch b, head h) in a ``grid_descriptors`` view."""
+    if HEADS_IN_COLUMNS:
+        return b, h * HEAD_DIM
+    return b * num_heads + h, 0
 
 
 @triton.jit
@@ -157,12 +178,13 @@ def attend_full_blocks(
     else the pointer loop. The box coordinates follow ``grid_descriptors``' two layouts, per
     tensor (HunyuanVideo's single blocks hand over k heads first and v as a view of qkv)."""
     if TMA:
-        acc, l_i, m_i = attend_full_blocks_tma(
-            acc, l_i, m_i, q, k_desc, v_desc,
-            b if K_HEADS_IN_COLUMNS else b * num_heads + h, h * HEAD_DIM if K_HEADS_IN_COLUMNS else 0,
-            b if V_HEADS_IN_COLUMNS else b * num_heads + h, h * HEAD_DIM if V_HEADS_IN_COLUMNS else 0,
-            block_ids, count, grid_hw, grid_w,
-            qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE)
+        k_b, k_col = tma_box_origin(b, h, num_heads, HEAD_DIM, K_HEADS_IN_COLUMNS)
+        v_b, v_col = tma_box_origin(b, h, num_heads, HEAD_DIM, V_HEADS_IN_COLUMNS)
+        # Full tiles lie inside the grid: no extents needed.
+        acc, l_i, m_i = attend_grid_blocks_tma(
+            acc, l_i, m_i, q, k_desc, v_desc, k_b, k_col, v_b, v_col,
+            block_ids, count, grid_hw, grid_w, 0, 0, 0,
+            qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE, False)
     else:
         acc, l_i, m_i = attend_listed_blocks(
             acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, block_ids, count, block_len, row_map,

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import kernels
-from qkv_layouts import hunyuan_single_block
+from qkv_layouts import heads_first, hunyuan_single_block
 
 
 def rel_err(a, b):
@@ -71,7 +71,7 @@ def test_kernel_bad_inputs():
 
 @pytest.mark.parametrize("tma", [False, True])
 def test_tma_and_pointer_loops_agree_with_reference(tma):
-    from kernels.psa_triton import launch_psa_kernel, tma_sub_frames
+    from kernels.psa_triton import launch_psa_kernel, psa_kernel_schedule, tma_sub_frames
 
     grid, tile, extra = (3, 5, 7), (2, 2, 4), 6
     assert tma_sub_frames(tile) == 2  # whole grid tiles run through 16-row TMA boxes
@@ -79,11 +79,21 @@ def test_tma_and_pointer_loops_agree_with_reference(tma):
     gen = torch.Generator().manual_seed(12)
     q, k, v = (torch.randn(2, L, 2, 64, generator=gen).half() for _ in range(3))
     # Heads-first storage (HunyuanVideo's layout) for the descriptor's second form.
-    q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    q, k, v = heads_first(q, k, v)
     params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])
     out = launch_psa_kernel(q, k, v, grid, params, tile, extra, scale=0.125, tma=tma)
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     assert rel_err(out, ref) < 3e-3
+    # Grid (3, 5, 7) in tiles (2, 2, 4) is padded on every axis. With TMA, whole tiles run the
+    # unmasked boxes, cut tiles the masked boxes, only the text block the pointer loop; without,
+    # 16-token blocks are no whole 128-row sub-tile: every block runs the masked pointer loop.
+    counts = psa_kernel_schedule(grid, params, tile, extra, "cpu", grid_only_full=tma)[0]
+    n_full, n_padded, n_other = counts.long().unbind(-1)
+    assert (n_padded > 0).all()
+    if tma:
+        assert n_full.sum() > 0 and (n_other == 1).all()
+    else:
+        assert n_full.sum() == 0
 
 
 def test_tma_descriptors_take_each_tensor_in_its_own_layout():

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import kernels
-from qkv_layouts import hunyuan_single_block
+from qkv_layouts import heads_first, hunyuan_single_block
 from kernels.sol_routing import SOL_BLOCK
 
 
@@ -55,8 +55,7 @@ def test_kernel_matches_reference(B, L, H, D, dtype, beta, estimator, sinks, kee
 
 def test_kernel_accepts_any_strides():
     q, k, v = qkv(1, 150, 2, 64, torch.float16, seed=3)
-    # (B, H, L, D) storage seen as (B, L, H, D), as HunyuanVideo hands it over.
-    qt, kt, vt = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    qt, kt, vt = heads_first(q, k, v)
     a = kernels.sol_attention(qt, kt, vt, beta=0.8)
     b = kernels.sol_attention(q, k, v, beta=0.8)
     torch.testing.assert_close(a, b)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import kernels
-from qkv_layouts import hunyuan_single_block
+from qkv_layouts import heads_first, hunyuan_single_block
 
 
 def rel_err(a, b):
@@ -12,8 +12,8 @@ def rel_err(a, b):
 
 
 def in_layout(q, k, v, layout):
-    """"blhd": as made; "single_block": HunyuanVideo's single blocks (qkv_layouts)."""
-    return (q, k, v) if layout == "blhd" else hunyuan_single_block(q, k, v)
+    """"blhd": as made; "heads_first", "single_block": HunyuanVideo's blocks (qkv_layouts)."""
+    return {"blhd": lambda *x: x, "heads_first": heads_first, "single_block": hunyuan_single_block}[layout](q, k, v)
 
 
 def poison(nbytes):
@@ -41,7 +41,9 @@ def test_sol_full_size(L, H, beta, estimator, diag, layout, sinks):
 
 @pytest.mark.parametrize("grid,tile,extra,layout", [((21, 45, 80), (3, 8, 16), 0, "blhd"),
                                                     ((30, 48, 80), (6, 8, 8), 256, "blhd"),
-                                                    ((33, 45, 80), (3, 8, 16), 256, "single_block")])
+                                                    ((33, 45, 80), (3, 8, 16), 256, "single_block"),
+                                                    # padding on every axis; whole boxes past T
+                                                    ((31, 45, 78), (6, 8, 8), 77, "heads_first")])
 def test_psa_full_size(grid, tile, extra, layout):
     L = grid[0] * grid[1] * grid[2] + extra
     g = torch.Generator(device="cuda").manual_seed(L)
