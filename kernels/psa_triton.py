@@ -6,9 +6,9 @@ cut into blocks of the same size. It reads q/k/v and writes the output in their 
 H, D) order through a slot → token map, so no permuted or padded copy is ever made. A
 program owns one query tile (up to 128 rows of one block) and walks that block's key list
 with the shared tile loop: full blocks unmasked, grid tiles cut by the 3D padding through
-the same TMA boxes with the outside rows masked, other short blocks (the last text block; all
-short blocks without TMA) through the masked pointer loop. The lists come from a schedule computed
-once per (grid, tile, params, extra tokens) and cached.
+the same TMA boxes with the outside rows masked, other short blocks (the last text block;
+all short blocks without TMA) through the masked pointer loop. The lists come from a schedule
+computed once per (grid, tile, params, extra tokens) and cached.
 
 Work order (``WORK``, one entry per program: (head, query block, query tile) flattened) decides
 what shares the L2 cache. The query tiles of one block visit the same key list, so they are

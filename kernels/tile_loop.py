@@ -4,7 +4,9 @@ Both methods reduce to: a resident query tile visits a list of key blocks. A key
 ``BLOCK_TOKENS`` consecutive rows of K/V (64 for Sol, one PSABlock for PSA) whose first
 ``len`` rows are real; it is walked in sub-tiles of ``BLOCK_N`` rows. Lists of blocks known to
 be full run the unmasked specialisation (no mask arithmetic in the hot loop); short blocks
-(ragged tail, 3D padding, text tokens) run the masked one.
+(ragged tail, 3D padding, text tokens) run the masked one. On Hopper, key blocks that are
+tiles of a token grid are fetched as TMA boxes instead (``attend_grid_blocks_tma``); tiles cut
+by the grid's padding are masked there from the box coordinates.
 
 Online-softmax state: running max ``m_i`` (log2 domain), running sum ``l_i``, accumulator
 ``acc``. ``m_i`` starts at a large finite negative number rather than -inf, so a tile whose
