@@ -54,19 +54,26 @@ def input_type(spec) -> str:
     return "COMBO" if isinstance(t, list) else t
 
 
-def widget_layout(info: dict, node_type: str) -> list[tuple[str, str]]:
-    """[(name, kind)] in the order the frontend stores widgets_values; kind is the input type,
-    or "control" / "upload" for the extra values the frontend adds."""
+def ordered_inputs(info: dict, node_type: str):
+    """(name, type, options, is_widget) of every input in the order the frontend shows them; an input is
+    a widget when its type has one and it is not forced to a socket."""
     spec = info[node_type]
     inputs = {**spec["input"].get("required", {}), **spec["input"].get("optional", {})}
     order = spec.get("input_order", {})
     names = list(order.get("required", [])) + list(order.get("optional", [])) if order else list(inputs)
-    out = []
     for name in names:
         s = inputs[name]
         t = input_type(s)
         opts = s[1] if len(s) > 1 and isinstance(s[1], dict) else {}
-        if t not in WIDGET_TYPES or opts.get("forceInput"):
+        yield name, t, opts, t in WIDGET_TYPES and not opts.get("forceInput")
+
+
+def widget_layout(info: dict, node_type: str) -> list[tuple[str, str]]:
+    """[(name, kind)] in the order the frontend stores widgets_values; kind is the input type,
+    or "control" / "upload" for the extra values the frontend adds."""
+    out = []
+    for name, t, opts, is_widget in ordered_inputs(info, node_type):
+        if not is_widget:
             continue
         out.append((name, t))
         if opts.get("control_after_generate"):
@@ -77,18 +84,7 @@ def widget_layout(info: dict, node_type: str) -> list[tuple[str, str]]:
 
 
 def socket_inputs(info: dict, node_type: str) -> list[tuple[str, str]]:
-    spec = info[node_type]
-    inputs = {**spec["input"].get("required", {}), **spec["input"].get("optional", {})}
-    order = spec.get("input_order", {})
-    names = list(order.get("required", [])) + list(order.get("optional", [])) if order else list(inputs)
-    out = []
-    for name in names:
-        s = inputs[name]
-        t = input_type(s)
-        opts = s[1] if len(s) > 1 and isinstance(s[1], dict) else {}
-        if t not in WIDGET_TYPES or opts.get("forceInput"):
-            out.append((name, t))
-    return out
+    return [(name, t) for name, t, _, is_widget in ordered_inputs(info, node_type) if not is_widget]
 
 
 class Graph:
