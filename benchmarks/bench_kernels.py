@@ -396,16 +396,22 @@ def bench_dense_ceiling(results, H, D, rep_ms):
     flex = torch.compile(flex_attention, dynamic=False)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     variants["flex_no_mask"] = lambda: flex(qt, kt, vt).transpose(1, 2)
+    probe_kernels = {}  # what this Triton compiled for each probe, kept from its timed launches
+
+    def run_probe(name, ws, block_m):
+        out, probe_kernels[name] = dense_attention(q, k, v, ws, block_m)
+        return out
+
     for name, (ws, block_m) in DENSE_PROBES.items():
-        variants[name] = lambda ws=ws, block_m=block_m: dense_attention(q, k, v, ws, block_m)[0]
+        variants[name] = lambda name=name, ws=ws, block_m=block_m: run_probe(name, ws, block_m)
     results["ceiling"] = row
     for name, fn in variants.items():
         try:
             err = rel_l2(fn(), ref)
             ms = bench_ms(fn, rep_ms)
             row[name] = dict(ms=ms, share_of_cudnn=t_dense / ms, rel_l2_vs_cudnn=err)
-            if name in DENSE_PROBES:  # whether this Triton partitioned the loop, and at what cost in warps
-                row[name].update(kernel_facts(dense_attention(q, k, v, *DENSE_PROBES[name])[1]))
+            if name in probe_kernels:  # whether this Triton partitioned the loop, and at what cost in warps
+                row[name].update(kernel_facts(probe_kernels[name]))
         except Exception as exc:  # record why a variant could not run, keep the job going
             row[name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
         print(f"ceiling {name}: {row[name]}", flush=True)

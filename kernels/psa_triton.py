@@ -141,7 +141,7 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
     is_full = (lengths == block_tokens) & (in_grid if grid_only_full else block_tokens % block_n == 0)
     block_class = torch.where(is_full, 0, torch.where(in_grid, 1, 2))
     per_class = [(keep & (block_class == c)).sum(-1) for c in range(3)]
-    visits = per_class[0] + per_class[1] + per_class[2]
+    visits = sum(per_class)
     width = int(visits.max())
     # Class by class, each ascending: sort on (class, index); unvisited blocks sort last.
     key = torch.where(keep, block_class, 3) * total + torch.arange(total)
@@ -184,8 +184,9 @@ def psa_kernel_schedule(grid, params, tile, extra_tokens: int, device, block_m: 
     """Per-(head, query block) key lists over grid blocks and extra-token blocks, cached.
 
     Returns (counts int32 (H, NB, 3) [full, padded grid tiles, other short], ids
-    int16/int32 (H, NB, W) in that order, block lengths int32 (NB,), work int32 (programs,) = (head·NB + query block)·tiles + tile in launch
-    order (see ``_work_order``), slot → token map int32), NB = grid blocks + extra blocks.
+    int16/int32 (H, NB, W) in that order, block lengths int32 (NB,), work int32 (programs,) =
+    (head·NB + query block)·tiles + tile in launch order (see ``_work_order``), slot → token
+    map int32), NB = grid blocks + extra blocks.
     Extra (text) blocks are attended by every query block and attend to every block.
     ``params`` must already be validated (int64 (H, 6)).
     """
