@@ -24,9 +24,9 @@ if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
 
 import torch  # noqa: E402
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
-from triton.runtime.jit import mangle_type  # noqa: E402
+from triton._C.libtriton import native_specialize_impl  # noqa: E402
+from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
 
 import kernels.psa_triton as psa_triton  # noqa: E402
 import kernels.sol_triton as sol_triton  # noqa: E402
@@ -48,18 +48,30 @@ class CapturedLaunch:
 
 
 def compile_call(fn, args, kw):
-    """Compile one captured launch for sm_90; returns the compiled kernel."""
+    """Compile one captured launch for sm_90 as the JIT would on the H200; returns the kernel.
+
+    Arguments are specialised the way a launch does it (``native_specialize_impl``): an
+    integer or pointer divisible by 16 carries ``tt.divisibility``, an integer 1 becomes a
+    constant. That changes the IR (vector widths, and what later passes see), so a kernel
+    that builds without it may still fail on the device.
+    """
     bound = dict(zip(fn.arg_names, args))
     bound.update({k: v for k, v in kw.items() if k in fn.arg_names})
-    signature, constexprs = {}, {}
+    signature, constexprs, attrs = {}, {}, {}
     for i, p in enumerate(fn.params):
         if p.is_constexpr:
             signature[p.name] = "constexpr"
             constexprs[(i,)] = bound[p.name]
-        else:
-            signature[p.name] = mangle_type(bound[p.name])
+            continue
+        kind, key = native_specialize_impl(BaseBackend, bound[p.name], p.is_const, not p.do_not_specialize,
+                                           not p.do_not_specialize_on_alignment)
+        signature[p.name] = kind
+        if kind == "constexpr":
+            constexprs[(i,)] = bound[p.name]
+        elif isinstance(key, str):
+            attrs[(i,)] = BaseBackend.parse_attr(key)
     options = {"num_warps": kw.get("num_warps", 4), "num_stages": kw.get("num_stages", 3)}
-    return triton.compile(ASTSource(fn, signature, constexprs), target=HOPPER, options=options)
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=HOPPER, options=options)
 
 
 def qkv(B, L, H, D, dtype, layout):
