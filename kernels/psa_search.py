@@ -748,21 +748,11 @@ def search_calls(
     return table
 
 
-def search_samples(
-    paths,
-    *,
-    tile,
-    candidates=None,
-    bucket_edges=(),
-    query_tiles: int | None = 32,
-    rows_per_tile: int | None = 32,
-    seed: int = 0,
-    device=None,
-    group=None,
-    progress=None,
-) -> LossTable:
-    """Loss table of saved samples (:func:`search_calls` over the files; with
-    ``torch.distributed`` initialised, heads are spread over the ranks)."""
+def search_samples(paths, *, tile, **options) -> LossTable:
+    """Loss table of saved samples: :func:`search_calls` over the files, which must share one
+    grid, extra-token count and head count; ``options`` are :func:`search_calls`' (candidates,
+    bucket_edges, query_tiles, rows_per_tile, seed, device, group, progress). With
+    ``torch.distributed`` initialised, heads are spread over the ranks."""
     paths = [os.fspath(p) for p in paths]
     if not paths:
         raise ValueError("no samples given")
@@ -773,11 +763,7 @@ def search_samples(
             raise ValueError(f"{p}: grid/extra_tokens/heads {h['grid']}/{h['extra_tokens']}/{h['shape'][2]} "
                              f"differ from the first sample's {grid}/{extra}/{H}")
     calls = [(h["layer"], h["step"], lambda p=p: load_qkv_sample(p)) for p, h in zip(paths, headers)]
-    table = search_calls(
-        calls, grid=grid, num_heads=H, tile=tile, extra_tokens=extra, candidates=candidates,
-        bucket_edges=bucket_edges, query_tiles=query_tiles, rows_per_tile=rows_per_tile, seed=seed,
-        device=device, group=group, progress=progress,
-    )
+    table = search_calls(calls, grid=grid, num_heads=H, tile=tile, extra_tokens=extra, **options)
     table.settings["samples"] = len(paths)
     return table
 

@@ -3,8 +3,9 @@
 Only ``model.clone()``'s own ``model_options`` and wrappers change: the attention override
 and the dispatcher in ``transformer_options``, one OUTER_SAMPLE and one APPLY_MODEL wrapper
 under our key (module functions that find the dispatcher in the run's ``model_options``, so
-that a later clone of the patched model keeps working). No ComfyUI module is modified. Patching an already patched model replaces our earlier patch
-(its override is unwrapped to whatever was there before it).
+that a later clone of the patched model keeps working). No ComfyUI module is modified.
+Patching an already patched model replaces our earlier patch (its override is unwrapped to
+whatever was there before it).
 """
 from __future__ import annotations
 

@@ -53,9 +53,8 @@ def init_weights(module, seed: int):
 def model_state_dict(model_cls, seed: int, **config) -> dict:
     """The state dict of ``model_cls(**config)`` (a ComfyUI model class) with init_weights."""
     import comfy.ops
-    model = model_cls(operations=comfy.ops.disable_weight_init, device="cpu", **config)
-    init_weights(model, seed)
-    return {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+    return _module_state_dict(model_cls(operations=comfy.ops.disable_weight_init, device="cpu", **config), seed)
+
 
 # Official file names (Comfy-Org repackaged releases / Lightricks), as the workflows use them.
 FILES = {
@@ -94,9 +93,10 @@ def _save(sd: dict, path: Path, metadata: dict | None = None):
 
 
 def _module_state_dict(module, seed: int, dtype=None) -> dict:
+    """``module``'s state dict after init_weights, as contiguous copies (floats cast to ``dtype``)."""
     init_weights(module, seed)
-    return {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach()).clone()
-            for k, v in module.state_dict().items()}
+    return {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach())
+            .clone().contiguous() for k, v in module.state_dict().items()}
 
 
 def wan22_i2v_state_dict(seed: int) -> dict:
