@@ -168,11 +168,10 @@ API
 ---
 ``psa_block_mask(grid, params, tile)``  -> bool (H, n_blocks, n_blocks), the mask itself.
 ``psa_mask(grid, params, tile)``        -> :class:`PSAMask`, the inspectable object
-                                           (density per head, pictures, schedule).
-``psa_schedule(grid, params, tile, device)`` -> (kv_counts int32 (H, n_blocks),
-    kv_indices int32 (H, n_blocks, max_count)): the key blocks of every query block, sorted
-    ascending, rows padded with their last valid index; cached per (grid, tile, params,
-    device). This compact form is what the kernel consumes.
+                                           (density per head, pictures).
+``psa_kernel_mask(grid, params, tile, extra_tokens, device)`` -> ``block_mask.BlockMask``: the
+    compact form the engine consumes (every query block's key blocks, the extra-token blocks
+    attended both ways), cached per (grid, tile, params, extra tokens, device).
 ``check_params(params, num_heads=None)`` -> int64 (H, 6) CPU tensor, or ValueError naming
     the head and the field.
 """
@@ -197,7 +196,7 @@ __all__ = [
     "intra_frame_table",
     "psa_block_mask",
     "psa_mask",
-    "psa_schedule",
+    "psa_kernel_mask",
     "PSAMask",
 ]
 
@@ -348,39 +347,38 @@ def psa_mask(grid, params, tile) -> "PSAMask":
     return PSAMask(grid, params, tile)
 
 
-@functools.lru_cache(maxsize=32)
-def _cached_schedule(grid, tile, params_bytes, num_heads, device_str):
+# One entry per distinct (grid, per-layer params): a preset gives every layer its own masks,
+# so the cache must hold all layers of the deepest model (HunyuanVideo: 60 blocks). With 32
+# entries the 40 Wan / 60 HunyuanVideo layers evicted each other and every call rebuilt its
+# mask on the CPU (8 / 38 ms per call in benchmarks/results/e2e_comfyui_h200_*.json).
+KERNEL_MASK_CACHE_LAYERS = 128
+
+
+@functools.lru_cache(maxsize=KERNEL_MASK_CACHE_LAYERS)
+def _cached_kernel_mask(grid, tile, params_bytes, num_heads, extra_tokens, block_m, order, device_str):
+    from .block_mask import block_layout, mask_from_dense
+
     params = torch.frombuffer(bytearray(params_bytes), dtype=torch.int64).reshape(num_heads, 6)
-    mask = _build_mask(block_grid_of(grid, tile), params)
-    counts = mask.sum(dim=-1)
-    max_count = int(counts.max())
-    # Kept key blocks first in ascending order (stable sort on "dropped"), then padding
-    # with the row's last kept index.
-    order = torch.sort((~mask).to(torch.int8), dim=-1, stable=True).indices[..., :max_count]
-    j = torch.arange(max_count)
-    pos = torch.minimum(j[None, None, :], (counts - 1)[..., None])
-    indices = torch.gather(order, -1, pos)
-    return (
-        counts.to(torch.int32).to(device_str).contiguous(),
-        indices.to(torch.int32).to(device_str).contiguous(),
-    )
+    layout = block_layout(grid, tile, extra_tokens, device_str)
+    nb, ng = layout.n_blocks, layout.n_grid_blocks
+    keep = torch.ones(1, num_heads, nb, nb, dtype=torch.bool)
+    keep[0, :, :ng, :ng] = _build_mask(layout.block_grid, params)
+    return mask_from_dense(keep, layout, block_m, order)
 
 
-def psa_schedule(grid, params, tile, device="cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """Compact per-query-block key lists for the kernel, cached.
-
-    Returns ``kv_counts`` int32 (H, n_blocks) and ``kv_indices`` int32
-    (H, n_blocks, max_count): for head h and query block q the key blocks
-    ``kv_indices[h, q, :kv_counts[h, q]]`` in ascending order; the rest of the row repeats
-    the last valid index (so a kernel may prefetch past the end harmlessly). The tensors are
-    shared by the cache: do not modify them.
-    """
+def psa_kernel_mask(grid, params, tile, extra_tokens: int = 0, device="cpu", block_m: int = 128,
+                    order: str = "head"):
+    """The engine's ``BlockMask`` of a PSA call, cached: grid blocks by the stripe mask, the
+    blocks of the ``extra_tokens`` after the grid attended by and attending to every block.
+    ``block_m``: query rows per program; ``order``: the work order (``block_mask.work_order``).
+    The cached tensors are shared: do not modify them."""
     grid, tile = check_grid(grid), check_tile(tile)
     p = check_params(params)
     dev = torch.device(device)
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
-    return _cached_schedule(grid, tile, p.numpy().tobytes(), p.shape[0], str(dev))
+    return _cached_kernel_mask(grid, tile, p.numpy().tobytes(), p.shape[0], int(extra_tokens), int(block_m),
+                               order, str(dev))
 
 
 class PSAMask:
@@ -388,7 +386,7 @@ class PSAMask:
 
     ``mask`` is the bool (H, n_blocks, n_blocks) matrix of :func:`psa_block_mask`;
     :meth:`density` the share of kept pairs per head; :meth:`picture` an ASCII view;
-    :meth:`schedule` the kernel's compact form.
+    ``psa_kernel_mask`` gives the kernel's compact form.
     """
 
     def __init__(self, grid, params, tile):
@@ -431,10 +429,6 @@ class PSAMask:
 
     def sparsity(self, tokens: bool = False) -> torch.Tensor:
         return 1.0 - self.density(tokens)
-
-    def schedule(self, device="cpu"):
-        """(kv_counts, kv_indices) of :func:`psa_schedule`."""
-        return psa_schedule(self.grid, self.params, self.tile, device)
 
     def stencil(self, head: int) -> torch.Tensor:
         """bool (2nT-1, 2nH-1, 2nW-1): kept (dt, dh, dw), indexed from -(n-1) (own block

@@ -1,58 +1,71 @@
-"""Public Sol-Attn entry point (Triton). The float specification is ``sol_reference``."""
+"""Public Sol-Attn entry point (Triton). The float specification is ``sol_reference``.
+
+Per group of heads: pool the blocks (``sol_router.pool_blocks``), compute the thresholds
+(``sol_routing.block_thresholds``), route (``sol_router.route``: a compact block mask and
+its bitmap), then the engine (``block_sparse``) writes those heads of the output in place,
+pooled term first. Heads run in groups so that the per-call scratch (pooled means, id lists,
+bitmaps: ``sol_router.scratch_bytes_per_head``) stays within ``SCRATCH_SHARE`` of the
+output's size; no step reads anything back to the host, so the call never synchronises the
+device and can be captured in a CUDA graph.
+"""
 from __future__ import annotations
 
 import torch
 
-from ._checks import (
-    check_estimator,
-    check_qkv,
-    check_token_ranges,
-    per_head_beta,
-    resolve_scale,
-    unit_stride_last_dim,
-)
-from .sol_routing import block_thresholds, forced_key_blocks, pooled_blocks, with_reorder
-from .sol_triton import launch_sol_kernel
+from ._checks import unit_stride_last_dim
+from .block_sparse import block_sparse_attention
+from .sol_reference import check_sol_call
+from .sol_router import pool_blocks, pooled_term, route, scratch_bytes_per_head
+from .sol_routing import block_thresholds
+
+# Scratch memory per call, as a share of the output (dense attention allocates the output
+# too): the benchmark's target is "peak extra memory <= dense + 5 %". Small calls may use
+# SCRATCH_FLOOR bytes regardless.
+SCRATCH_SHARE = 0.04
+SCRATCH_FLOOR = 32 * 2**20
 
 
-def _sol_attention_kernel(
-    q,
-    k,
-    v,
-    *,
-    beta,
-    estimator="exact",
-    sinks=None,
-    keep_diagonal=False,
-    scale=None,
-    return_stats=False,
-):
+def head_groups(num_heads: int, per_head_bytes: int, output_bytes: int) -> list[tuple[int, int]]:
+    """[(first, end), ...] contiguous head ranges whose scratch fits the budget (>= 1 head)."""
+    budget = max(SCRATCH_SHARE * output_bytes, SCRATCH_FLOOR)
+    size = max(1, min(num_heads, int(budget // max(1, per_head_bytes))))
+    return [(h, min(num_heads, h + size)) for h in range(0, num_heads, size)]
+
+
+def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None, keep_diagonal=False,
+                  correction=True, scale=None, return_stats=False, config=None):
     """Sol-Attn self-attention of q, k, v (B, L, H, D) on CUDA, fp16/bf16, D in {64, 128}.
 
     beta: float or (H,) tensor, the threshold τ_i = μ_i + β·σ_i in standard deviations of the
     proxy scores (``beta_for_density`` converts a target density). estimator: "exact" (d×d
-    covariance) or "diag". sinks: (start, end) token ranges whose key blocks are always exact.
-    keep_diagonal: also force key blocks within ±1 of the query block exact.
+    covariance) or "diag". grid: (T, H, W) of the video tokens, which come first in row-major
+    order; blocks are then 3D tiles of 64 tokens (``tile``, default ``sol_tile_for_grid``) and
+    the tokens after the grid are always-exact sinks. Without a grid: row-major blocks of 64,
+    and ``sinks`` (start, end) token ranges whose key blocks are always exact.
+    keep_diagonal: also force key blocks within ±1 of the query block (block index) exact.
+    correction: the paper's pooled term for the blocks not computed exactly (False: plain
+    block-sparse). config: a ``launch_config.LaunchConfig`` to force (default: the device's).
     Returns (B, L, H, D) in the input dtype; with ``return_stats`` also
-    ``{"density": (B, H) float32}``, the share of exact (query block, key block) pairs counted
-    by the kernel itself.
+    ``{"density": (B, H) float32, "exact_blocks": (B, H, N) int32}``: the share of exact
+    (query block, key block) pairs and the number of exact key blocks per query block.
     """
-    B, L, H, D = check_qkv(q, k, v, for_kernel=True)
-    scale = resolve_scale(scale, D)
-    check_estimator(estimator)
-    sinks = check_token_ranges(sinks, L)
-    beta = per_head_beta(beta, H, q.device)
+    layout, forced, beta, scale = check_sol_call(q, k, v, beta=beta, estimator=estimator, grid=grid, tile=tile,
+                                                 sinks=sinks, scale=scale, for_kernel=True)
     q, k, v = (unit_stride_last_dim(t) for t in (q, k, v))
-    q_mean, k_mean32, k_mean, v_sum, lens = pooled_blocks(q, k, v)
-    tau = block_thresholds(q_mean, k_mean32, beta, estimator, scale).contiguous()
-    forced = forced_key_blocks(sinks, L, q.device).to(torch.int8)
-    out, counts = launch_sol_kernel(
-        q, k, v, k_mean.contiguous(), v_sum.contiguous(), tau, forced, lens,
-        scale=scale, keep_diagonal=keep_diagonal,
-    )
+    B, L, H, D = q.shape
+    out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
+    per_head = scratch_bytes_per_head(B, layout, D, q.element_size())
+    exact_blocks = []
+    for h0, h1 in head_groups(H, per_head, out.numel() * out.element_size()):
+        q_mean, k_mean, v_mean = pool_blocks(q, k, v, layout, h0, h1 - h0)
+        tau = block_thresholds(q_mean, k_mean, beta[h0:h1], estimator, scale)
+        mask = route(q_mean, k_mean, tau, forced, layout, scale=scale, keep_diagonal=keep_diagonal)
+        del q_mean, tau
+        block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=h0, config=config,
+                               pooled=pooled_term(k_mean, v_mean, layout) if correction else None)
+        if return_stats:
+            exact_blocks.append(mask.counts.sum(-1))
     if return_stats:
-        return out, {"density": counts.float().mean(dim=-1) / lens.shape[0]}
+        exact = torch.cat(exact_blocks, dim=1)
+        return out, {"density": exact.float().mean(-1) / layout.n_blocks, "exact_blocks": exact}
     return out
-
-
-sol_attention = with_reorder(_sol_attention_kernel, "sol_attention")

@@ -1,102 +1,98 @@
-"""Sol-Attn in plain PyTorch float32: the specification the Triton kernel is tested against.
+"""Sol-Attn in plain PyTorch float32: the specification the Triton path is tested against.
 
-Per query block i, a key block j is *exact* when its proxy score ŝ_ij exceeds τ_i (see
-``sol_routing``), or when it is forced (sink tokens, ±1 diagonal). Query row r of block i
-then attends, in one softmax,
+Blocks and routing are those of ``sol_routing`` (3D tiles of the grid, extra blocks as sinks,
+or row-major blocks). Query row r of block i attends, in one softmax,
 - to every token of every exact block with its true score s·q_r·k_tᵀ, and
-- to every other block j through one pooled entry: logit s·q_r·K̄_jᵀ + log(len_j) and value
-  V̂_j / len_j, i.e. exp(s·q_r·K̄_jᵀ)·len_j in the denominator and exp(s·q_r·K̄_jᵀ)·V̂_j in
-  the numerator (the paper's zero-order Taylor term, counted with the block's true length).
-A row with no term at all (only possible with ``correction=False``) outputs zeros.
+- with ``correction`` (the default), to every other block j through one pooled entry: logit
+  s·q_r·K̄_jᵀ + log(len_j) and value V̄_j, i.e. exp(s·q_r·K̄_jᵀ)·len_j in the denominator and
+  the same times V̄_j in the numerator (the paper's zero-order Taylor term, counted with the
+  block's true length).
+A row with no term at all (only possible without the correction) outputs zeros, unless its
+query holds a NaN. NaN anywhere in a term the method computes propagates (NaN in, NaN out).
 """
 from __future__ import annotations
 
 import torch
 
 from ._checks import check_estimator, check_qkv, check_token_ranges, per_head_beta, resolve_scale
-from .sol_routing import SOL_BLOCK, block_thresholds, forced_key_blocks, pooled_blocks, with_reorder
+from .sol_routing import block_thresholds, forced_key_blocks, sol_layout
 
-# Query blocks per chunk of the reference; bounds its memory to chunk·64·L floats per head.
-_REFERENCE_QUERY_BLOCKS_PER_CHUNK = 16
+# Query rows per step of the reference; bounds its memory to rows · L floats per (batch, head).
+_REFERENCE_ROWS_PER_CHUNK = 1024
 
 
-def sol_block_selection(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False, scale=None):
-    """Exact-block selection of Sol-Attn as a bool tensor (B, H, N, N) (for tests and tools).
-
-    This materialises the N×N map that the kernel never writes; use it on small inputs.
-    """
-    B, L, H, D = check_qkv(q, k, v, for_kernel=False)
+def check_sol_call(q, k, v, *, beta, estimator, grid, tile, sinks, scale, for_kernel):
+    """Validate a Sol-Attn call; returns (layout, forced key blocks, β (H,), scale)."""
+    B, L, H, D = check_qkv(q, k, v, for_kernel=for_kernel)
     scale = resolve_scale(scale, D)
-    beta = per_head_beta(beta, H, q.device)
     check_estimator(estimator)
     sinks = check_token_ranges(sinks, L)
-    q_mean, k_mean32, k_mean, _, _ = pooled_blocks(q, k, v)
-    tau = block_thresholds(q_mean, k_mean32, beta, estimator, scale)
-    return _selection(q_mean, k_mean, tau, sinks, keep_diagonal, scale, L)
+    if grid is not None and sinks:
+        raise ValueError("sinks: with grid=(T, H, W) the tokens after the grid are the sinks; "
+                         "give sinks only without a grid")
+    layout = sol_layout(L, grid, tile, q.device)
+    return layout, forced_key_blocks(layout, sinks), per_head_beta(beta, H, q.device), scale
 
 
-def _selection(q_mean, k_mean, tau, sinks, keep_diagonal, scale, seq_len):
-    proxy = scale * (q_mean @ k_mean.float().transpose(-1, -2))  # (B, H, N, N)
-    selected = proxy > tau[..., None]
-    selected |= forced_key_blocks(sinks, seq_len, proxy.device)
+def pooled_means(x: torch.Tensor, layout) -> torch.Tensor:
+    """Block means of x (B, L, H, D) over the layout's blocks, rounded to x's dtype: (B, H, N, D)."""
+    blocks = layout.token_blocks()
+    sums = torch.zeros(x.shape[0], layout.n_blocks, x.shape[2], x.shape[3], dtype=torch.float32, device=x.device)
+    sums.index_add_(1, blocks, x.float())
+    means = sums / layout.lengths.float()[None, :, None, None]
+    return means.to(x.dtype).transpose(1, 2)
+
+
+def _selection(q_mean, k_mean, tau, forced, keep_diagonal, scale):
+    proxy = scale * (q_mean.float() @ k_mean.float().transpose(-1, -2))  # (B, H, N, N)
+    selected = (proxy > tau[..., None]) | forced
     if keep_diagonal:
-        n = proxy.shape[-1]
-        idx = torch.arange(n, device=proxy.device)
+        idx = torch.arange(proxy.shape[-1], device=proxy.device)
         selected |= (idx[:, None] - idx[None, :]).abs() <= 1
     return selected
 
 
-def _sol_attention_reference(
-    q,
-    k,
-    v,
-    *,
-    beta,
-    estimator="exact",
-    sinks=None,
-    keep_diagonal=False,
-    scale=None,
-    return_stats=False,
-    selection=None,
-    correction=True,
-):
-    """Float32 Sol-Attn on any device; same arguments and result as ``sol_attention``.
+def sol_block_selection(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None,
+                        keep_diagonal=False, scale=None):
+    """Exact-block selection of Sol-Attn as a bool tensor (B, H, N, N) over the call's blocks
+    (``sol_routing.sol_layout``), for tests and tools. This materialises the N×N map that the
+    kernel path never writes; use it on small inputs."""
+    layout, forced, beta, scale = check_sol_call(q, k, v, beta=beta, estimator=estimator, grid=grid, tile=tile,
+                                                 sinks=sinks, scale=scale, for_kernel=False)
+    q_mean, k_mean = pooled_means(q, layout), pooled_means(k, layout)
+    tau = block_thresholds(q_mean, k_mean, beta, estimator, scale)
+    return _selection(q_mean, k_mean, tau, forced, keep_diagonal, scale)
 
-    Extra arguments for studies: ``selection`` (bool (B, H, N, N)) replaces the routing with
-    a given block mask; ``correction=False`` drops the pooled term (plain block-sparse).
-    """
-    B, L, H, D = check_qkv(q, k, v, for_kernel=False)
-    scale = resolve_scale(scale, D)
-    check_estimator(estimator)
-    sinks = check_token_ranges(sinks, L)
-    q_mean, k_mean32, k_mean, v_sum, lens = pooled_blocks(q, k, v)
-    n = lens.shape[0]
-    if selection is None:
-        tau = block_thresholds(q_mean, k_mean32, per_head_beta(beta, H, q.device), estimator, scale)
-        selection = _selection(q_mean, k_mean, tau, sinks, keep_diagonal, scale, L)
-    elif selection.shape != (B, H, n, n) or selection.dtype != torch.bool:
-        raise ValueError(f"selection must be a bool tensor of shape (B, H, N, N) = {(B, H, n, n)}")
 
+def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None,
+                            keep_diagonal=False, correction=True, scale=None, return_stats=False):
+    """Float32 Sol-Attn on any device; same arguments and result as ``kernels.sol_attention``."""
+    layout, forced, beta, scale = check_sol_call(q, k, v, beta=beta, estimator=estimator, grid=grid, tile=tile,
+                                                 sinks=sinks, scale=scale, for_kernel=False)
+    B, L, H, D = q.shape
+    q_mean, k_mean, v_mean = (pooled_means(x, layout) for x in (q, k, v))
+    tau = block_thresholds(q_mean, k_mean, beta, estimator, scale)
+    selection = _selection(q_mean, k_mean, tau, forced, keep_diagonal, scale)
+
+    blocks = layout.token_blocks()
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
-    k_pool = k_mean.float()
-    v_pool = v_sum.float() / lens[:, None]
-    log_lens = lens.log()
+    k_pool, v_pool = k_mean.float(), v_mean.float()
+    log_lens = layout.lengths.float().log()
     out = torch.empty_like(qf)
-    rows_per_chunk = _REFERENCE_QUERY_BLOCKS_PER_CHUNK * SOL_BLOCK
-    for r0 in range(0, L, rows_per_chunk):
-        r1 = min(L, r0 + rows_per_chunk)
-        block_of_row = torch.arange(r0, r1, device=q.device) // SOL_BLOCK
-        sel_rows = selection[:, :, block_of_row, :]  # (B, H, R, N)
-        token_sel = sel_rows.repeat_interleave(SOL_BLOCK, dim=-1)[..., :L]
+    for r0 in range(0, L, _REFERENCE_ROWS_PER_CHUNK):
+        r1 = min(L, r0 + _REFERENCE_ROWS_PER_CHUNK)
+        sel_rows = selection[:, :, blocks[r0:r1], :]  # (B, H, R, N)
+        token_sel = sel_rows[..., blocks]  # (B, H, R, L)
         exact = (scale * qf[:, :, r0:r1] @ kf.transpose(-1, -2)).masked_fill(~token_sel, float("-inf"))
         pooled = scale * qf[:, :, r0:r1] @ k_pool.transpose(-1, -2) + log_lens
         pooled = pooled.masked_fill(sel_rows | (not correction), float("-inf"))
-        p = torch.softmax(torch.cat([exact, pooled], dim=-1), dim=-1).nan_to_num(0.0)
+        logits = torch.cat([exact, pooled], dim=-1)
+        # Rows with no term at all give zeros (not NaN), unless the query row holds a NaN.
+        empty = (logits == float("-inf")).all(dim=-1, keepdim=True) & ~qf[:, :, r0:r1].isnan().any(-1, keepdim=True)
+        p = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
         out[:, :, r0:r1] = p[..., :L] @ vf + p[..., L:] @ v_pool
     out = out.transpose(1, 2).to(q.dtype)
     if return_stats:
-        return out, {"density": selection.float().mean(dim=(-1, -2))}
+        return out, {"density": selection.float().mean(dim=(-1, -2)),
+                     "exact_blocks": selection.sum(-1, dtype=torch.int32)}
     return out
-
-
-sol_attention_reference = with_reorder(_sol_attention_reference, "sol_attention_reference")

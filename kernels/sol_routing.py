@@ -1,20 +1,24 @@
 """Sol-Attn routing quantities shared by the float reference and the Triton path.
 
-Everything here is O(L·d + N·d²) per head: block pooling and the per-query-block threshold
-τ_i = μ_i + β·σ_i of the paper's eq. (4)–(5). Nothing of size N×N is formed.
+Blocks are those of a ``block_mask.BlockLayout``: 3D tiles of 64 tokens of the video grid
+(:func:`sol_tile_for_grid` picks the tile), then the tokens after the grid (HunyuanVideo's
+text) in blocks of 64 that are always exact (sinks); a sequence without a grid is cut into
+row-major blocks of 64. Everything here is O(L·d + N·d²) per head: the paper's eq. (4)–(5).
+Nothing of size N×N is formed.
 
-Definitions (one head, scale s, N = ceil(L / 64) blocks, block j holds len_j tokens):
-- Q̄_i, K̄_j: means of the block's real tokens; V̂_j: sum of the block's values.
-- proxy score ŝ_ij = s · Q̄_i · K̄_jᵀ.
-- μ_i = s · Q̄_i · m,  m = (1/N) Σ_j K̄_j  (every block weighs the same, tail block too).
+Definitions (one head, scale s, N blocks, block j holds len_j real tokens):
+- Q̄_i, K̄_j, V̄_j: means of the block's real tokens, rounded to the input dtype (the kernel
+  multiplies them on the tensor cores in that dtype; the reference rounds the same way).
+- proxy score ŝ_ij = s · Q̄_i · K̄_jᵀ, in float32 from the rounded means.
+- μ_i = s · Q̄_i · m,  m = (1/N) Σ_j K̄_j  (every block weighs the same).
 - exact estimator:    σ_i² = s² · Q̄_i C Q̄_iᵀ,  C = (1/N) Σ_j (K̄_j − m)(K̄_j − m)ᵀ.
 - diagonal estimator: σ_i² = s² · (Q̄_i ⊙ Q̄_i) · diag(C).
-- β = −inf selects every block, β = +inf none (before sinks and the diagonal are forced).
+  (μ_i and the exact σ_i are the mean and standard deviation of row i's proxy scores.)
+- τ_i = μ_i + β·σ_i; key block j is exact for query block i iff ŝ_ij > τ_i, or it is forced
+  (sink tokens, extra blocks, the ±1 neighbours with ``keep_diagonal``).
+- β = −inf selects every block, β = +inf none (before the forced ones).
 - A sequence of a single block is always exact: its one proxy score equals μ and σ = 0, so
   the comparison would be decided by rounding alone.
-The pooled keys and summed values are rounded to the input dtype before use, because the
-kernel multiplies them on the tensor cores in that dtype; the reference does the same so
-both route identically up to float32 summation order.
 """
 from __future__ import annotations
 
@@ -23,75 +27,78 @@ import statistics
 
 import torch
 
-SOL_BLOCK = 64
+from .block_mask import ROW_MAJOR_BLOCK, BlockLayout, block_layout, row_major_layout
+
+SOL_BLOCK = ROW_MAJOR_BLOCK
+
+# 64-token tiles (bt, bh, bw), most compact first; :func:`sol_tile_for_grid` takes the one that
+# pads the grid least, earlier entries winning ties.
+SOL_TILES = ((2, 4, 8), (1, 8, 8), (4, 4, 4), (2, 8, 4), (1, 4, 16), (4, 2, 8), (2, 2, 16), (1, 2, 32), (1, 1, 64))
 
 
-def num_blocks(seq_len: int, block: int = SOL_BLOCK) -> int:
-    return -(-seq_len // block)
+def sol_tile_for_grid(grid) -> tuple:
+    """The 64-token tile of :data:`SOL_TILES` that leaves the fewest padding slots on ``grid``."""
+    T, H, W = grid
+
+    def slots(tile):
+        return math.prod(-(-g // t) * t for g, t in zip((T, H, W), tile))
+
+    return min(SOL_TILES, key=slots)  # min keeps the first of equal keys
 
 
-def block_lengths(seq_len: int, device, block: int = SOL_BLOCK) -> torch.Tensor:
-    """Real token count of each block (the last one may be short), float32 (N,)."""
-    n = num_blocks(seq_len, block)
-    lens = torch.full((n,), float(block), device=device, dtype=torch.float32)
-    lens[-1] = seq_len - (n - 1) * block
-    return lens
+def check_sol_tile(tile) -> tuple:
+    from .layout import check_tile
+
+    tile = check_tile(tile)
+    if math.prod(tile) != SOL_BLOCK:
+        raise ValueError(f"tile {tile} must hold {SOL_BLOCK} tokens (bt·bh·bw = {SOL_BLOCK}), e.g. (2, 4, 8)")
+    return tile
 
 
-def block_sums(x: torch.Tensor, block: int = SOL_BLOCK) -> torch.Tensor:
-    """Sum of each block of tokens of x (B, L, H, D), float32 (B, H, N, D).
+def sol_layout(seq_len: int, grid=None, tile=None, device="cpu") -> BlockLayout:
+    """The blocks of a Sol-Attn call: 3D tiles of ``grid`` (``tile`` or :func:`sol_tile_for_grid`)
+    and extra blocks for the tokens after it, or row-major blocks when ``grid`` is None."""
+    if grid is None:
+        if tile is not None:
+            raise ValueError("tile needs grid=(T, H, W) of the video tokens")
+        return row_major_layout(seq_len, device)
+    from .layout import check_grid
 
-    Reduces views of x with a float32 accumulator, so no float32 copy of x is made.
-    """
-    B, L, H, D = x.shape
-    full = L // block
-    parts = []
-    if full:
-        parts.append(x[:, : full * block].unflatten(1, (full, block)).sum(dim=2, dtype=torch.float32))
-    if L > full * block:
-        parts.append(x[:, full * block :].sum(dim=1, keepdim=True, dtype=torch.float32))
-    return torch.cat(parts, dim=1).transpose(1, 2)
-
-
-def pooled_blocks(q, k, v, block: int = SOL_BLOCK):
-    """(q̄ float32, k̄ and v̂ rounded to the input dtype, lens) for q/k/v of shape (B, L, H, D).
-
-    q̄, k̄: block means (B, H, N, D); v̂: block sums (B, H, N, D); lens: float32 (N,).
-    k̄ is also returned in float32 (for the threshold moments).
-    """
-    lens = block_lengths(q.shape[1], q.device, block)
-    q_mean = block_sums(q, block) / lens[:, None]
-    k_mean32 = block_sums(k, block) / lens[:, None]
-    v_sum = block_sums(v, block).to(v.dtype)
-    return q_mean, k_mean32, k_mean32.to(k.dtype), v_sum, lens
+    grid = check_grid(grid)
+    n_grid = math.prod(grid)
+    if n_grid > seq_len:
+        raise ValueError(f"grid {grid} has {n_grid} tokens, more than L = {seq_len}")
+    tile = sol_tile_for_grid(grid) if tile is None else check_sol_tile(tile)
+    return block_layout(grid, tile, seq_len - n_grid, device)
 
 
-def block_thresholds(q_mean, k_mean32, beta: torch.Tensor, estimator: str, scale: float) -> torch.Tensor:
-    """τ (B, H, N) float32 from block means; beta is float32 (H,)."""
-    m = k_mean32.mean(dim=2)  # (B, H, D)
-    centered = k_mean32 - m[:, :, None, :]
+def forced_key_blocks(layout: BlockLayout, sinks) -> torch.Tensor:
+    """Bool (N,) on the layout's device: key blocks always exact, the extra blocks and, for a
+    row-major layout, the blocks overlapping any ``sinks`` token range."""
+    forced = torch.zeros(layout.n_blocks, dtype=torch.bool)
+    forced[layout.n_grid_blocks:] = True
+    for start, end in sinks:
+        forced[start // SOL_BLOCK: (end - 1) // SOL_BLOCK + 1] = True
+    return forced.to(layout.device)
+
+
+def block_thresholds(q_mean, k_mean, beta: torch.Tensor, estimator: str, scale: float) -> torch.Tensor:
+    """τ (B, H, N) float32 from the block means (B, H, N, D) (any float dtype); beta float32 (H,)."""
+    q_mean, k_mean = q_mean.float(), k_mean.float()
+    m = k_mean.mean(dim=2)  # (B, H, D)
+    centered = k_mean - m[:, :, None, :]
     mu = scale * torch.einsum("bhnd,bhd->bhn", q_mean, m)
     if estimator == "exact":
-        cov = centered.transpose(-1, -2) @ centered / k_mean32.shape[2]  # (B, H, D, D)
+        cov = centered.transpose(-1, -2) @ centered / k_mean.shape[2]  # (B, H, D, D)
         var = torch.einsum("bhnd,bhde,bhne->bhn", q_mean, cov, q_mean)
     else:
-        var = (q_mean * q_mean) @ centered.pow(2).mean(dim=2)[..., None]
-        var = var[..., 0]
+        var = ((q_mean * q_mean) @ centered.pow(2).mean(dim=2)[..., None])[..., 0]
     sigma = scale * var.clamp_min(0).sqrt()
     b = beta.view(1, -1, 1)
-    if k_mean32.shape[2] == 1:
+    if k_mean.shape[2] == 1:
         b = torch.full_like(b, float("-inf"))
     tau = mu + b * sigma
     return torch.where(torch.isinf(b), b.expand_as(tau), tau)
-
-
-def forced_key_blocks(sinks: list[tuple[int, int]], seq_len: int, device, block: int = SOL_BLOCK) -> torch.Tensor:
-    """Bool (N,): key blocks that overlap any sink token range, always computed exactly."""
-    n = num_blocks(seq_len, block)
-    forced = torch.zeros(n, dtype=torch.bool, device=device)
-    for start, end in sinks:
-        forced[start // block : (end - 1) // block + 1] = True
-    return forced
 
 
 def density_for_beta(beta: float) -> float:
@@ -108,48 +115,3 @@ def beta_for_density(rho: float) -> float:
     if not 0.0 < rho < 1.0:
         raise ValueError(f"rho (target density) must be strictly between 0 and 1, got {rho}")
     return -statistics.NormalDist().inv_cdf(rho)
-
-
-def with_reorder(attention, name: str):
-    """The public form of a Sol attention function: its arguments plus ``grid`` and
-    ``reorder`` (see ``run_reordered``)."""
-
-    def entry(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False, scale=None,
-              return_stats=False, grid=None, reorder=None, **study):
-        return run_reordered(attention, q, k, v, grid=grid, reorder=reorder, sinks=sinks,
-                             return_stats=return_stats, beta=beta, estimator=estimator,
-                             keep_diagonal=keep_diagonal, scale=scale, **study)
-
-    entry.__name__ = entry.__qualname__ = name
-    entry.__doc__ = (attention.__doc__ or "") + (
-        "\n\n    ``reorder`` = (bt, bh, bw) with ``grid`` = (T, H, W): run on the video tokens in\n"
-        "    tile-major order (``sol_routing.run_reordered``).\n")
-    return entry
-
-
-def run_reordered(attention, q, k, v, *, grid, reorder, sinks, return_stats, **kwargs):
-    """Run a Sol attention function with the video tokens in tile-major order.
-
-    ``reorder`` = (bt, bh, bw) permutes the first T·H·W tokens (``grid`` = (T, H, W)) so that
-    each 64-token block is a compact 3D neighbourhood instead of a sliver of one image row;
-    tokens after the grid and the output order are unchanged. ``sinks`` must lie after the
-    grid (their positions would move otherwise).
-    """
-    from .layout import tile_layout
-
-    if reorder is None:
-        return attention(q, k, v, sinks=sinks, return_stats=return_stats, **kwargs)
-    if grid is None:
-        raise ValueError("reorder needs grid=(T, H, W) of the video tokens")
-    layout = tile_layout(grid, reorder, pad=False, device=q.device)
-    extra = q.shape[1] - layout.n_tokens
-    if extra < 0:
-        raise ValueError(f"grid {tuple(layout.grid)} has {layout.n_tokens} tokens, more than L = {q.shape[1]}")
-    for start, _ in sinks or []:
-        if start < layout.n_tokens:
-            raise ValueError(f"sinks must lie after the {layout.n_tokens} grid tokens when reorder is set, got start {start}")
-    blocked = [layout.to_blocks(t, dim=1, extra_tokens=extra) for t in (q, k, v)]
-    result = attention(*blocked, sinks=sinks, return_stats=return_stats, **kwargs)
-    out, stats = result if return_stats else (result, None)
-    out = layout.from_blocks(out, dim=1, extra_tokens=extra)
-    return (out, stats) if return_stats else out

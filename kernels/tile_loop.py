@@ -1,16 +1,25 @@
-"""The one online-softmax tile loop that Sol-Attn and PSA share.
+"""The online-softmax loops of the one block-sparse engine (``block_sparse``).
 
-Both methods reduce to: a resident query tile visits a list of key blocks. A key block is
-``BLOCK_TOKENS`` consecutive rows of K/V (64 for Sol, one PSABlock for PSA) whose first
-``len`` rows are real; it is walked in sub-tiles of ``BLOCK_N`` rows. Lists of blocks known to
-be full run the unmasked specialisation (no mask arithmetic in the hot loop); short blocks
-(ragged tail, 3D padding, text tokens) run the masked one. On Hopper, key blocks that are
-tiles of a token grid are fetched as TMA boxes instead (``attend_grid_blocks_tma``); tiles cut
-by the grid's padding are masked there from the box coordinates.
+A resident query tile visits a list of key blocks (``block_mask.BlockLayout`` blocks, read in
+place). Three loops fold into one online-softmax state, running max ``m_i`` (log2 domain),
+running sum ``l_i`` and accumulator ``acc``:
 
-Online-softmax state: running max ``m_i`` (log2 domain), running sum ``l_i``, accumulator
-``acc``. ``m_i`` starts at a large finite negative number rather than -inf, so a tile whose
-entries are all masked leaves the state unchanged instead of producing NaN.
+- :func:`attend_tma_boxes` (Hopper and later): grid blocks fetched as boxes of a 5D TMA
+  descriptor over the token grid, no per-element address arithmetic. Rows of a tile cut by
+  the grid's 3D padding come back as zeros and get a score of -inf from the box coordinates.
+- :func:`attend_gathered_blocks`: the portable pointer loop; rows come through the slot →
+  token map, padding slots (map -1) read row 0 and get a score of -inf. Extra (text) blocks
+  always run here.
+- :func:`attend_pooled_blocks`: Sol-Attn's correction. Every key block that is not visited
+  exactly enters as one column, its pooled key K̄_j and mean value V̄_j, with logit
+  s·q·K̄_j + log(len_j): exp(s·q·K̄_j)·len_j in the denominator and the same times V̄_j in the
+  numerator (len_j·V̄_j is the block's value sum, which as a float16 operand would overflow).
+
+Masking is an additive bias on the scaled scores (0 or -inf), one fused multiply-add per
+element, so a padded tile costs no more than a full one. ``m_i`` starts at a large finite
+negative number rather than -inf, so a tile whose entries are all -inf leaves the state
+unchanged instead of producing NaN; a NaN score propagates into ``l_i`` and ``acc`` (NaN in,
+NaN out, as in dense attention).
 """
 import torch
 import triton
@@ -18,8 +27,8 @@ import triton.language as tl
 
 
 def dot_dtype_for(dtype: torch.dtype):
-    """Operand dtype of the tile loop's dots. Triton's CPU interpreter computes bf16 dots
-    wrongly, so interpreted bf16 runs in float32 (CUDA always uses the input dtype)."""
+    """Operand dtype of the loops' dots. Triton's CPU interpreter computes bf16 dots wrongly,
+    so interpreted bf16 runs in float32 (CUDA always uses the input dtype)."""
     from ._checks import triton_interpreting
 
     if dtype == torch.float16:
@@ -32,20 +41,12 @@ NEG_BIG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr, col_weight=None, WEIGHTED: tl.constexpr = False):
-    """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D) into the state.
-
-    WEIGHTED: column j stands for ``col_weight[j]`` keys sharing one score (Sol's pooled
-    blocks: weight = block length, ``v`` = summed values), so it counts that many times in
-    the denominator.
-    """
+def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
+    """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D) into the state."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.math.exp2(m_i - m_new)
     p = tl.math.exp2(s - m_new[:, None])
-    if WEIGHTED:
-        l_i = l_i * alpha + tl.sum(p * col_weight[None, :], 1)
-    else:
-        l_i = l_i * alpha + tl.sum(p, 1)
+    l_i = l_i * alpha + tl.sum(p, 1)
     # The rescaled accumulator goes into the MMA as its C operand: no separate add.
     acc = tl.dot(p.to(P_DTYPE), v.to(P_DTYPE), acc * alpha[:, None])
     return acc, l_i, m_new
@@ -63,23 +64,20 @@ def next_block_id(block_ids, blk_next, t, n_steps, SUB: tl.constexpr):
 
 
 @triton.jit
-def attend_listed_blocks(
+def attend_gathered_blocks(
     acc, l_i, m_i, q,
-    k_base, v_base, stride_kn, stride_vn,
-    block_ids, count, block_len, row_map,
-    qk_scale_log2,
+    k_base, v_base, stride_kn, stride_vn, block_ids, count, row_map, qk_scale_log2,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    MASKED: tl.constexpr, DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, PADDED: tl.constexpr,
 ):
-    """Visit ``count`` key blocks whose indices are at ``block_ids[0:count]``.
+    """Visit ``count`` key blocks listed at ``block_ids``, each in ceil(BLOCK_TOKENS / BLOCK_N)
+    sub-tiles of BLOCK_N slots whose rows come from ``row_map`` (slot → token, -1 = padding).
 
-    ``block_len`` points at the real length of every block (read only when MASKED).
-    ``q`` is already in DOT_DTYPE; ``k_base``/``v_base`` point at row 0 of this (batch, head).
-    With GATHER, block slots are not rows of K/V: ``row_map[slot]`` is the row, so a blocked
-    order (PSA's tile-major layout) is read in place, without a permuted copy.
-    OFFSET_DTYPE is int32 whenever every row offset of one (batch, head) fits (the host
-    checks), since 64-bit address arithmetic on every tile element costs twice the
-    instructions.
+    ``k_base``/``v_base`` point at row 0 of this (batch, head); K and V rows have their own
+    strides (a v that is a view of a fused qkv, say). PADDED: some listed block has padding
+    slots or the tile is cut by BLOCK_N (their scores become -inf). OFFSET_DTYPE is int32
+    whenever every row offset of one (batch, head) fits (the host checks), since 64-bit address
+    arithmetic on every tile element costs twice the instructions.
     """
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
@@ -87,53 +85,44 @@ def attend_listed_blocks(
     blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
     for t in range(0, count * SUB):
         blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
-        first = (t % SUB) * BLOCK_N
-        rows = blk * BLOCK_TOKENS + first + offs_n
-        if MASKED:
-            valid = (first + offs_n) < tl.load(block_len + blk)
-            if GATHER:
-                rows = tl.load(row_map + rows, mask=valid, other=0)
-        elif GATHER:
-            rows = tl.load(row_map + rows)
-        # K and V rows have their own strides (a v that is a view of a fused qkv, say).
-        k_off = rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :]
-        v_off = rows[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :]
-        if MASKED:
-            k = tl.load(k_base + k_off, mask=valid[:, None], other=0.0)
-            v = tl.load(v_base + v_off, mask=valid[:, None], other=0.0)
+        local = (t % SUB) * BLOCK_N + offs_n
+        if PADDED:
+            rows = tl.load(row_map + blk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
+            bias = tl.where(rows >= 0, 0.0, float("-inf"))
+            rows = tl.maximum(rows, 0)
         else:
-            k = tl.load(k_base + k_off)
-            v = tl.load(v_base + v_off)
+            rows = tl.load(row_map + blk * BLOCK_TOKENS + local)
+        k = tl.load(k_base + rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :])
+        v = tl.load(v_base + rows[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :])
         s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
-        if MASKED:
-            s = tl.where(valid[None, :], s, float("-inf"))
+        if PADDED:
+            s = s + bias[None, :]
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
     return acc, l_i, m_i
 
 
 @triton.jit
-def attend_grid_blocks_tma(
+def attend_tma_boxes(
     acc, l_i, m_i, q,
     k_desc, v_desc, k_b, k_col, v_b, v_col,
     block_ids, count, grid_hw, grid_w, tokens_t, tokens_h, tokens_w,
     qk_scale_log2,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
-    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, MASKED: tl.constexpr,
+    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, PADDED: tl.constexpr,
 ):
     """The key loop with K/V tiles fetched by the tensor memory accelerator (Hopper).
 
-    Key blocks are 3D tiles (TILE_T, TILE_H, TILE_W) of a token grid seen through a 5D
+    Key blocks are 3D tiles (TILE_T, TILE_H, TILE_W) of the token grid seen through a 5D
     descriptor (batch-or-batch·head, T, H, W, columns); each is walked in boxes of SUB_T
-    frames, BLOCK_N = SUB_T·TILE_H·TILE_W rows. Sol's blocks are the case grid (L, 1, 1),
-    tile (64, 1, 1). No per-element address arithmetic: one coordinate per box. K and V each
-    have their own (first, last) box coordinates: their layouts may differ.
-    MASKED: tiles that stick out of the (tokens_t, tokens_h, tokens_w) grid (3D padding).
-    The copy engine fills the outside rows with zeros; their scores become -inf here, from
-    the box coordinates alone, so padded tiles need neither a slot map nor address tensors.
+    frames, BLOCK_N = SUB_T·TILE_H·TILE_W rows. Row-major blocks are the case grid (L, 1, 1),
+    tile (64, 1, 1). K and V each have their own (first, last) box coordinates: their layouts
+    may differ. PADDED: the grid has tiles sticking out of (tokens_t, tokens_h, tokens_w); the
+    copy engine fills the outside rows with zeros and their scores become -inf here, from the
+    box coordinates alone.
     """
     SUB: tl.constexpr = TILE_T // SUB_T
     BLOCK_N: tl.constexpr = SUB_T * TILE_H * TILE_W
-    if MASKED:
+    if PADDED:
         # (frame, row, column) of every row of a box, relative to its corner.
         box_row = tl.arange(0, BLOCK_N)
         box_t = box_row // (TILE_H * TILE_W)
@@ -149,11 +138,36 @@ def attend_grid_blocks_tma(
         k = k_desc.load([k_b, t0, hb * TILE_H, wb * TILE_W, k_col]).reshape(BLOCK_N, HEAD_DIM)
         v = v_desc.load([v_b, t0, hb * TILE_H, wb * TILE_W, v_col]).reshape(BLOCK_N, HEAD_DIM)
         s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
-        if MASKED:
+        if PADDED:
             inside = ((t0 + box_t < tokens_t) & (hb * TILE_H + box_h < tokens_h)
                       & (wb * TILE_W + box_w < tokens_w))
-            s = tl.where(inside[None, :], s, float("-inf"))
+            s = s + tl.where(inside, 0.0, float("-inf"))[None, :]
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attend_pooled_blocks(
+    acc, l_i, m_i, q,
+    k_pool, v_pool, log2_len, routed_bits, num_blocks, qk_scale_log2,
+    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):
+    """Sol-Attn's pooled term: every key block whose bit in ``routed_bits`` is clear enters as
+    one column (``k_pool``/``v_pool``: this (batch, head)'s (NB, D) pooled keys and mean
+    values; ``log2_len``: log2 of the blocks' lengths). Chunks of 64 blocks, one bitmap word each."""
+    CHUNK: tl.constexpr = 64
+    offs_c = tl.arange(0, CHUNK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for c0 in range(0, num_blocks, CHUNK):
+        cols = c0 + offs_c
+        col_ok = cols < num_blocks
+        kp = tl.load(k_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        vp = tl.load(v_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        word = tl.load(routed_bits + c0 // CHUNK)
+        routed = ((word >> offs_c.to(tl.int64)) & 1) != 0
+        bias = tl.load(log2_len + cols, mask=col_ok & (routed == 0), other=float("-inf"))
+        s = tl.dot(q, tl.trans(kp.to(DOT_DTYPE))) * qk_scale_log2 + bias[None, :]
+        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, vp, DOT_DTYPE)
     return acc, l_i, m_i
 
 
@@ -163,35 +177,6 @@ def tma_box_origin(b, h, num_heads, HEAD_DIM: tl.constexpr, HEADS_IN_COLUMNS: tl
     if HEADS_IN_COLUMNS:
         return b, h * HEAD_DIM
     return b * num_heads + h, 0
-
-
-@triton.jit
-def attend_full_blocks(
-    acc, l_i, m_i, q,
-    k_base, v_base, stride_kn, stride_vn, block_ids, count, block_len, row_map,
-    k_desc, v_desc, b, h, num_heads, grid_hw, grid_w,
-    qk_scale_log2,
-    BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, GATHER: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
-    TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
-    TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
-):
-    """The unmasked loop of both kernels: TMA boxes when ``grid_descriptors`` made descriptors,
-    else the pointer loop. The box coordinates follow ``grid_descriptors``' two layouts, per
-    tensor (HunyuanVideo's single blocks hand over k heads first and v as a view of qkv)."""
-    if TMA:
-        k_b, k_col = tma_box_origin(b, h, num_heads, HEAD_DIM, K_HEADS_IN_COLUMNS)
-        v_b, v_col = tma_box_origin(b, h, num_heads, HEAD_DIM, V_HEADS_IN_COLUMNS)
-        # Full tiles lie inside the grid: no extents needed.
-        acc, l_i, m_i = attend_grid_blocks_tma(
-            acc, l_i, m_i, q, k_desc, v_desc, k_b, k_col, v_b, v_col,
-            block_ids, count, grid_hw, grid_w, 0, 0, 0,
-            qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE, False)
-    else:
-        acc, l_i, m_i = attend_listed_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, block_ids, count, block_len, row_map,
-            qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, False, DOT_DTYPE, GATHER, OFFSET_DTYPE)
-    return acc, l_i, m_i
 
 
 def grid_descriptors(tensors, grid, sub_tile):
@@ -204,10 +189,6 @@ def grid_descriptors(tensors, grid, sub_tile):
     (b, …, h·D); or heads first ((B, heads, L, D) as HunyuanVideo): view (B·heads, T, H, W, D),
     coordinates (b·heads + h, …, 0). ``sub_tile`` = (frames, H, W) of one box.
     """
-    from ._checks import triton_interpreting
-
-    if not _tma_available() and not triton_interpreting():
-        return None
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     T, H, W = grid
@@ -233,11 +214,19 @@ def grid_descriptors(tensors, grid, sub_tile):
     return descs, heads_in_columns
 
 
-def _tma_available() -> bool:
-    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+def tma_sub_frames(tile, max_rows: int = 128):
+    """Frames per TMA box for a tile (bt, bh, bw): the most frames f dividing bt such that
+    f·bh·bw is a power of two in [16, max_rows] (a dot operand), or None."""
+    bt, bh, bw = tile
+    for frames in range(bt, 0, -1):
+        rows = frames * bh * bw
+        if bt % frames == 0 and 16 <= rows <= max_rows and rows & (rows - 1) == 0:
+            return frames
+    return None
 
 
 def row_offset_dtype(rows: int, *tensors):
-    """int32 when ``rows`` rows of every tensor are addressable with 32-bit offsets."""
-    reach = max(rows * t.stride(1) + t.stride(2) * t.shape[2] for t in tensors)
+    """int32 when ``rows`` rows of every tensor are addressable with 32-bit offsets from the
+    (batch, head) base pointer; the base offsets themselves are always 64-bit."""
+    reach = max(rows * t.stride(1) + t.shape[3] for t in tensors)
     return tl.int32 if reach < 2**31 else tl.int64

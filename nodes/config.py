@@ -61,7 +61,7 @@ def resolve_blocks(ranges, total_blocks: int) -> frozenset:
 
 
 def parse_tile(text: str) -> Optional[tuple[int, int, int]]:
-    """Parse ``reorder``: ``"off"``/``""`` → None, ``"bt,bh,bw"`` → a 3D tile."""
+    """Parse a tile widget: ``"off"``/``""`` → None, ``"bt,bh,bw"`` → a 3D tile."""
     if text is None:
         return None
     t = str(text).strip().lower()
@@ -74,9 +74,26 @@ def parse_tile(text: str) -> Optional[tuple[int, int, int]]:
         tile = ()
     if len(tile) != 3 or any(v < 1 for v in tile):
         raise ValueError(
-            f"reorder: expected \"off\" or three positive integers bt,bh,bw (e.g. \"1,4,16\"), "
-            f"got {text!r}")
+            f"expected \"off\" or three positive integers bt,bh,bw (e.g. \"2,4,8\"), got {text!r}")
     return tile  # type: ignore[return-value]
+
+
+SOL_TILE_AUTO = "auto"
+
+
+def parse_sol_tile(text: str):
+    """Parse ``sol_tile``: ``"auto"`` (the 64-token tile that pads the video's grid least),
+    ``"off"`` (row-major 64-token blocks) → None, or ``"bt,bh,bw"`` with bt·bh·bw = 64."""
+    if str(text).strip().lower() == SOL_TILE_AUTO:
+        return SOL_TILE_AUTO
+    try:
+        tile = parse_tile(text)
+    except ValueError as e:
+        raise ValueError(f"sol_tile: {e}; or \"auto\"") from None
+    if tile is not None and tile[0] * tile[1] * tile[2] != 64:
+        raise ValueError(f"sol_tile: {text!r} holds {tile[0] * tile[1] * tile[2]} tokens; a Sol block "
+                         "is 64 tokens (bt·bh·bw = 64, e.g. \"2,4,8\" or \"1,8,8\")")
+    return tile
 
 
 @dataclass(frozen=True)
@@ -89,7 +106,7 @@ class PatchConfig:
     final_dense: float = 0.0
     dense_blocks: tuple = ((0, 0),)
     min_tokens: int = 4096
-    reorder: Optional[tuple] = None
+    sol_tile: object = SOL_TILE_AUTO   # "auto", None (row-major) or a 64-token tile
     backend: str = "auto"
     keep_diagonal: bool = False
     preset_grid: str = "refuse"
@@ -137,7 +154,7 @@ def _num(name, value, lo=None, hi=None, integer=False, allow_neg_inf=False):
 
 def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exact",
                 warmup=0.2, final_dense=0.0, dense_blocks="0", min_tokens=4096,
-                reorder="off", backend="auto", keep_diagonal=False,
+                sol_tile=SOL_TILE_AUTO, backend="auto", keep_diagonal=False,
                 preset_grid="refuse") -> PatchConfig:
     """Validate widget values; raise ValueError/TypeError naming the widget."""
     if method not in METHODS:
@@ -159,6 +176,6 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
     return PatchConfig(
         method=method, beta=beta, target_sparsity=target_sparsity, estimator=estimator,
         warmup=warmup, final_dense=final_dense, dense_blocks=parse_block_list(dense_blocks),
-        min_tokens=min_tokens, reorder=parse_tile(reorder), backend=backend,
+        min_tokens=min_tokens, sol_tile=parse_sol_tile(sol_tile), backend=backend,
         keep_diagonal=bool(keep_diagonal), preset_grid=preset_grid,
         dense_blocks_text=str(dense_blocks))

@@ -51,7 +51,7 @@ import torch
 from . import ops
 from ._kernels import kernels_module
 from .adapters.base import register_hooks
-from .config import PatchConfig, resolve_blocks
+from .config import SOL_TILE_AUTO, PatchConfig, resolve_blocks
 from .schedule import Schedule, locate
 
 log = logging.getLogger("sparse_video_attention")
@@ -532,12 +532,16 @@ class SparseAttention:
         cfg = self.config
         n_video, seq_len, grid = plan["n_video"], plan["seq_len"], plan["grid"]
         if cfg.method == "sol_attn":
-            sinks = [(n_video, seq_len)] if seq_len > n_video else None
-            reorder = cfg.reorder
+            # 3D tiles of the video grid, the tokens after it (text) always exact; or, with
+            # sol_tile "off", row-major blocks with the text tokens as sink ranges.
+            if cfg.sol_tile is None:
+                sinks, sol_grid, tile = ([(n_video, seq_len)] if seq_len > n_video else None), None, None
+            else:
+                sinks, sol_grid = None, grid
+                tile = None if cfg.sol_tile == SOL_TILE_AUTO else cfg.sol_tile
             return ops.sol_attention(q4, k4, v4, beta=self.beta, estimator=cfg.estimator,
-                                     sinks=sinks, keep_diagonal=cfg.keep_diagonal,
-                                     grid=grid if reorder else None, reorder=reorder,
-                                     backend=plan["backend"])
+                                     sinks=sinks, keep_diagonal=cfg.keep_diagonal, grid=sol_grid,
+                                     tile=tile, backend=plan["backend"])
         # The parameters stay on the CPU: the kernel's schedule is built and cached there.
         out = ops.psa_attention(q4, k4, v4, grid=grid, params=plan["params"], tile=self.preset.tile,
                                 extra_tokens=seq_len - n_video, backend=plan["backend"])

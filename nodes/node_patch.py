@@ -57,10 +57,13 @@ class SparseAttentionPatch(io.ComfyNode):
                 io.Int.Input("min_tokens", default=4096, min=0, max=10_000_000, step=256,
                              tooltip="Sequences shorter than this many tokens stay dense "
                                      "(sparse kernels pay off on long videos only)."),
-                io.String.Input("reorder", default="off",
-                                tooltip="Sol-Attn only: \"off\", or a 3D tile bt,bh,bw in latent "
-                                        "tokens (e.g. \"1,4,16\"); tokens are visited tile by "
-                                        "tile so each 64-token block is a compact 3D patch."),
+                io.String.Input("sol_tile", default="auto",
+                                tooltip="Sol-Attn only: the 64-token blocks. \"auto\" = 3D tiles "
+                                        "of the video's latent grid (frames × rows × columns, the "
+                                        "tile that pads the grid least, e.g. 1,8,8 at 720p): each "
+                                        "block is a compact patch, which routes and pools far "
+                                        "better than a sliver of one row. \"bt,bh,bw\" with "
+                                        "bt·bh·bw = 64 picks one; \"off\" = row-major blocks."),
                 io.Combo.Input("backend", options=list(BACKENDS), default="auto",
                                tooltip="auto: Triton kernels on CUDA, dense elsewhere. triton: "
                                        "always the Triton kernels. reference: the float32 "
@@ -85,10 +88,10 @@ class SparseAttentionPatch(io.ComfyNode):
     @classmethod
     def execute(cls, model, method="sol_attn", beta=1.5, target_sparsity=0.0,
                 estimator="exact", warmup=0.2, final_dense=0.0, dense_blocks="0",
-                min_tokens=4096, reorder="off", backend="auto", preset=None,
+                min_tokens=4096, sol_tile="auto", backend="auto", preset=None,
                 preset_grid="refuse") -> io.NodeOutput:
         config = make_config(method=method, beta=beta, target_sparsity=target_sparsity,
                              estimator=estimator, warmup=warmup, final_dense=final_dense,
-                             dense_blocks=dense_blocks, min_tokens=min_tokens, reorder=reorder,
+                             dense_blocks=dense_blocks, min_tokens=min_tokens, sol_tile=sol_tile,
                              backend=backend, preset_grid=preset_grid)
         return io.NodeOutput(patch_model(model, config, preset=preset))

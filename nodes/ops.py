@@ -30,7 +30,7 @@ def _ranges(flat: list[int]):
 
 def _sol_impl(q, k, v, beta: float, beta_heads: Optional[torch.Tensor], estimator: str,
               sinks: list[int], keep_diagonal: bool, scale: float, grid: list[int],
-              reorder: list[int], backend: str):
+              tile: list[int], correction: bool, backend: str):
     fn = kernels.sol_attention_reference if backend == "reference" else kernels.sol_attention
     out, stats = fn(
         q, k, v,
@@ -41,7 +41,8 @@ def _sol_impl(q, k, v, beta: float, beta_heads: Optional[torch.Tensor], estimato
         scale=None if scale <= 0 else scale,
         return_stats=True,
         grid=tuple(grid) or None,
-        reorder=tuple(reorder) or None,
+        tile=tuple(tile) or None,
+        correction=correction,
     )
     return out.to(q.dtype).contiguous(), stats["density"].to(torch.float32).contiguous()
 
@@ -58,14 +59,14 @@ if not _defined("sol_attention"):
     @torch.library.custom_op(f"{NAMESPACE}::sol_attention", mutates_args=())
     def _sol_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: float,
                 beta_heads: Optional[torch.Tensor], estimator: str, sinks: list[int],
-                keep_diagonal: bool, scale: float, grid: list[int], reorder: list[int],
-                backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+                keep_diagonal: bool, scale: float, grid: list[int], tile: list[int],
+                correction: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
         return _sol_impl(q, k, v, beta, beta_heads, estimator, sinks, keep_diagonal, scale,
-                         grid, reorder, backend)
+                         grid, tile, correction, backend)
 
     @_sol_op.register_fake
-    def _(q, k, v, beta, beta_heads, estimator, sinks, keep_diagonal, scale, grid, reorder,
-          backend):
+    def _(q, k, v, beta, beta_heads, estimator, sinks, keep_diagonal, scale, grid, tile,
+          correction, backend):
         b, _, h, _ = q.shape
         return (q.new_empty(q.shape), q.new_empty((b, h), dtype=torch.float32))
 
@@ -82,15 +83,15 @@ if not _defined("psa_attention"):
 
 
 def sol_attention(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False,
-                  scale=None, grid=None, reorder=None, backend="triton"):
+                  scale=None, grid=None, tile=None, correction=True, backend="triton"):
     """Sol-Attn through the custom op; returns ``(out (B,L,H,D), density (B,H))``."""
     beta_heads = beta if torch.is_tensor(beta) else None
     beta_f = 0.0 if beta_heads is not None else float(beta)
     flat = [int(x) for r in (sinks or ()) for x in r]
     op = getattr(torch.ops, NAMESPACE).sol_attention
     return op(q, k, v, beta_f, beta_heads, estimator, flat, bool(keep_diagonal),
-              -1.0 if scale is None else float(scale), list(grid or ()), list(reorder or ()),
-              backend)
+              -1.0 if scale is None else float(scale), list(grid or ()), list(tile or ()),
+              bool(correction), backend)
 
 
 def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, backend="triton"):

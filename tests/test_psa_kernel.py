@@ -69,9 +69,13 @@ def test_kernel_bad_inputs():
         kernels.psa_attention(x, x, x, grid=(3, 5, 7), params=good, tile=(1, 1, 1))
 
 
-@pytest.mark.parametrize("tma", [False, True])
-def test_tma_and_pointer_loops_agree_with_reference(tma):
-    from kernels.psa_triton import launch_psa_kernel, psa_kernel_schedule, tma_sub_frames
+@pytest.mark.parametrize("arch", [(9, 0), (8, 6), (12, 0)])
+def test_every_architectures_configuration_agrees_with_reference(arch):
+    """Hopper's TMA boxes, RTX 30/40's pointer loop with 64-row key steps and 2 stages, RTX
+    50's 2-stage boxes: forced on the interpreter, all give the reference. Grid (3, 5, 7) in
+    tiles (2, 2, 4) is padded on every axis, and the text block runs the pointer loop."""
+    from kernels.launch_config import ARCHITECTURES
+    from kernels.tile_loop import tma_sub_frames
 
     grid, tile, extra = (3, 5, 7), (2, 2, 4), 6
     assert tma_sub_frames(tile) == 2  # whole grid tiles run through 16-row TMA boxes
@@ -81,23 +85,13 @@ def test_tma_and_pointer_loops_agree_with_reference(tma):
     # Heads-first storage (HunyuanVideo's layout) for the descriptor's second form.
     q, k, v = heads_first(q, k, v)
     params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])
-    out = launch_psa_kernel(q, k, v, grid, params, tile, extra, scale=0.125, tma=tma)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra,
+                                config=ARCHITECTURES[arch])
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     assert rel_err(out, ref) < 3e-3
-    # Grid (3, 5, 7) in tiles (2, 2, 4) is padded on every axis. With TMA, whole tiles run the
-    # unmasked boxes, cut tiles the masked boxes, only the text block the pointer loop; without,
-    # 16-token blocks are no whole 128-row sub-tile: every block runs the masked pointer loop.
-    counts = psa_kernel_schedule(grid, params, tile, extra, "cpu", grid_only_full=tma)[0]
-    n_full, n_padded, n_other = counts.long().unbind(-1)
-    assert (n_padded > 0).all()
-    if tma:
-        assert n_full.sum() > 0 and (n_other == 1).all()
-    else:
-        assert n_full.sum() == 0
 
 
 def test_tma_descriptors_take_each_tensor_in_its_own_layout():
-    from kernels.psa_triton import launch_psa_kernel
     from kernels.tile_loop import grid_descriptors
 
     grid, tile, extra = (3, 5, 7), (2, 2, 4), 6
@@ -107,13 +101,13 @@ def test_tma_descriptors_take_each_tensor_in_its_own_layout():
     descs = grid_descriptors((k, v), grid, (2, 2, 4))
     assert descs is not None and descs[1] == [False, True]  # k heads first, v heads in columns
     params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])
-    out = launch_psa_kernel(q, k, v, grid, params, tile, extra, scale=0.125)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     assert rel_err(out, ref) < 3e-3
 
 
 def test_tma_box_sizes():
-    from kernels.psa_triton import tma_sub_frames
+    from kernels.tile_loop import tma_sub_frames
 
     assert tma_sub_frames((3, 8, 16)) == 1   # Wan 720p: 128-row boxes, one frame of the tile
     assert tma_sub_frames((6, 8, 8)) == 2    # HunyuanVideo 768p: two frames per box
@@ -125,38 +119,39 @@ def test_work_orders_agree_and_skip_padding_tiles(order):
     """Both launch orders give the reference; a query tile past its block's real rows gets no
     program (grid (2, 5, 16), tile (2, 8, 8): two blocks of 128 slots hold 80 real tokens
     each, two 64-row tiles; the 5 text tokens fill one tile of the third block)."""
-    from kernels.psa_triton import launch_psa_kernel, psa_kernel_schedule
+    from kernels.block_sparse import block_sparse_attention
+    from kernels.psa_mask import psa_kernel_mask
 
     grid, tile, extra = (2, 5, 16), (2, 8, 8), 5
     L = 2 * 5 * 16 + extra
     gen = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(1, L, 2, 64, generator=gen).half() for _ in range(3))
     params = torch.tensor([[1, 0, 0, 1, 0, 0], [1, 0, 0, 2, 0, 0]])
-    out = launch_psa_kernel(q, k, v, grid, params, tile, extra, scale=0.125, block_m=64, order=order)
+    mask = psa_kernel_mask(grid, params, tile, extra, "cpu", block_m=64, order=order)
+    out = block_sparse_attention(q, k, v, mask, scale=0.125)
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     assert rel_err(out, ref) < 3e-3
-    counts, ids, lengths, work, _ = psa_kernel_schedule(grid, params, tile, extra, "cpu", block_m=64, order=order)
     # 2 grid blocks of 80 real tokens (tiles 0, 1 of 64 rows) + 1 text block of 5: 3 tiles per head.
-    assert lengths.tolist() == [80, 80, 5]
-    assert sorted(work.tolist()) == sorted(h * 3 * 2 + b * 2 + t for h in range(2) for b, t in
-                                           [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)])
+    assert mask.layout.lengths.tolist() == [80, 80, 5]
+    assert sorted(mask.work.tolist()) == sorted(h * 3 * 2 + b * 2 + t for h in range(2) for b, t in
+                                                [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)])
     with pytest.raises(ValueError, match="order"):
-        psa_kernel_schedule(grid, params, tile, extra, "cpu", block_m=64, order="random")
+        psa_kernel_mask(grid, params, tile, extra, "cpu", block_m=64, order="random")
 
 
-def test_schedule_cache_holds_every_layer_of_a_deep_model():
-    """A preset gives each of HunyuanVideo's 60 blocks its own masks: all 60 schedules stay
-    cached (a smaller cache rebuilt every schedule on every call), block ids in 16 bits."""
-    from kernels.psa_triton import _cached_kernel_schedule, psa_kernel_schedule
+def test_kernel_mask_cache_holds_every_layer_of_a_deep_model():
+    """A preset gives each of HunyuanVideo's 60 blocks its own masks: all 60 stay cached (a
+    smaller cache rebuilt every mask on every call), block ids in 16 bits."""
+    from kernels.psa_mask import _cached_kernel_mask, psa_kernel_mask
 
     grid, tile = (4, 8, 8), (2, 4, 4)
     layers = [torch.tensor([[1 + l % 2, 0, 0, 1 + l // 2, 0, 0]]) for l in range(60)]
     for p in layers:
-        psa_kernel_schedule(grid, p, tile, 0, "cpu")
-    before = _cached_kernel_schedule.cache_info()
+        psa_kernel_mask(grid, p, tile, 0, "cpu")
+    before = _cached_kernel_mask.cache_info()
     for p in layers:
-        ids = psa_kernel_schedule(grid, p, tile, 0, "cpu")[1]
-    after = _cached_kernel_schedule.cache_info()
+        ids = psa_kernel_mask(grid, p, tile, 0, "cpu").ids
+    after = _cached_kernel_mask.cache_info()
     assert after.hits - before.hits == 60 and after.misses == before.misses
     assert ids.dtype == torch.int16
 

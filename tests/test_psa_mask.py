@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from kernels.psa_mask import PSAMask, check_params, psa_block_mask, psa_mask, psa_schedule
+from kernels.psa_mask import PSAMask, check_params, psa_block_mask, psa_kernel_mask, psa_mask
 
 # kernels/__init__ exports the function psa_mask, which shadows the submodule attribute
 pm = importlib.import_module("kernels.psa_mask")
@@ -224,26 +224,28 @@ def test_wrap_is_cut():
 
 
 # ---------------------------------------------------------------------------------------
-def test_schedule_is_the_mask_compacted():
+def test_kernel_mask_is_the_mask_compacted():
     grid, tile = (7, 9, 10), (2, 3, 3)
     rows = random_params(random.Random(3), (4, 3, 4), 6) + [[1, 0, 0, 1, 0, 0]]
     mask = psa_block_mask(grid, rows, tile)
-    counts, idx = psa_schedule(grid, rows, tile)
-    assert counts.dtype == torch.int32 and idx.dtype == torch.int32
-    assert counts.shape == mask.shape[:2] and idx.shape[:2] == mask.shape[:2]
-    assert idx.shape[2] == int(mask.sum(-1).max())
-    assert torch.equal(counts.long(), mask.sum(-1))
+    km = psa_kernel_mask(grid, rows, tile, extra_tokens=5)
+    lay = km.layout
+    ng, nb = lay.n_grid_blocks, lay.n_blocks
+    assert (ng, nb) == (mask.shape[1], mask.shape[1] + 1)  # the 5 extra tokens: one block
+    assert km.counts.dtype == torch.int32 and km.ids.dtype == torch.int16
+    assert km.counts.shape == (1, mask.shape[0], nb, 2)
+    assert torch.equal(km.counts[0, :, :ng, 0].long(), mask.sum(-1))
+    assert bool((km.counts[0, :, :ng, 1] == 1).all()) and bool((km.counts[0, :, ng, 0] == ng).all())
+    dense = km.to_dense()[0]
+    assert torch.equal(dense[:, :ng, :ng], mask) and bool(dense[:, ng:].all()) and bool(dense[:, :, ng:].all())
     for h in range(mask.shape[0]):
-        for q in range(mask.shape[1]):
-            c = int(counts[h, q])
-            kept = torch.nonzero(mask[h, q]).flatten()
-            assert torch.equal(idx[h, q, :c].long(), kept)  # ascending
-            assert bool((idx[h, q, c:] == kept[-1]).all())  # padded with the last valid
-    # cached per (grid, tile, params, device)
-    again = psa_schedule(grid, torch.tensor(rows, dtype=torch.int32), tile, "cpu")
-    assert again[0] is counts and again[1] is idx
-    other = psa_schedule(grid, rows[:-1] + [[2, 0, 0, 1, 0, 0]], tile)
-    assert other[0] is not counts
+        for q in range(ng):
+            c = int(km.counts[0, h, q].sum())
+            kept = torch.nonzero(dense[h, q]).flatten()
+            assert torch.equal(km.ids[0, h, q, :c].long(), kept)  # ascending: grid blocks, then extra
+    # cached per (grid, tile, params, extra tokens, device)
+    assert psa_kernel_mask(grid, torch.tensor(rows, dtype=torch.int32), tile, 5, "cpu") is km
+    assert psa_kernel_mask(grid, rows[:-1] + [[2, 0, 0, 1, 0, 0]], tile, 5) is not km
 
 
 def test_mask_object_density_and_pictures():
@@ -318,7 +320,7 @@ def test_bad_grid_tile_and_head_count():
     with pytest.raises(ValueError, match="grid.w"):
         psa_block_mask((2, 2, 0), [[1, 0, 0, 1, 0, 0]], ONE)
     with pytest.raises(ValueError, match="tile.t"):
-        psa_schedule((2, 2, 2), [[1, 0, 0, 1, 0, 0]], (0, 1, 1))
+        psa_kernel_mask((2, 2, 2), [[1, 0, 0, 1, 0, 0]], (0, 1, 1))
     with pytest.raises(ValueError, match="2 rows but the input has 3 heads"):
         check_params([[1, 0, 0, 1, 0, 0]] * 2, num_heads=3)
 
@@ -330,5 +332,5 @@ def test_large_real_grid_is_fast():
              rng.randint(1, 9), rng.choice([0, 1, -1]), rng.choice([0, 1, 3, 5, 6])] for _ in range(40)]
     m = psa_block_mask((30, 48, 80), rows, (6, 8, 8))
     assert m.shape == (40, 300, 300)
-    counts, idx = psa_schedule((30, 48, 80), rows, (6, 8, 8))
-    assert torch.equal(counts.long(), m.sum(-1))
+    km = psa_kernel_mask((30, 48, 80), rows, (6, 8, 8))
+    assert torch.equal(km.counts[0, ..., 0].long(), m.sum(-1))

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from kernels.layout import TileLayout
-from kernels.psa_mask import psa_block_mask, psa_schedule
+from kernels.psa_mask import psa_block_mask
 from kernels.psa_reference import psa_attention_reference
 
 
@@ -114,7 +114,7 @@ def blocked_emulation(q, k, v, grid, params, tile, extra, garbage):
     n_slots = lay.n_slots
     for x in (qb, kb, vb):
         x[:, :n_slots][:, pad] = garbage
-    counts, idx = psa_schedule(grid, params, tile)
+    mask = psa_block_mask(grid, params, tile)
     bt = lay.block_tokens
     out = torch.zeros_like(qb)
     slot = torch.arange(bt)
@@ -122,7 +122,7 @@ def blocked_emulation(q, k, v, grid, params, tile, extra, garbage):
         for b in range(lay.n_blocks):
             # whole key blocks, as the kernel loads them; the padding tail is masked by
             # length (loads give 0, scores -inf), like a ragged last block
-            kblks = idx[h, b, : counts[h, b]].long()
+            kblks = torch.nonzero(mask[h, b]).flatten()
             keys = (kblks[:, None] * bt + slot[None, :]).flatten()
             valid = (slot[None, :] < lay.block_lengths[kblks].long()[:, None]).flatten()
             keys = torch.cat([keys, n_slots + torch.arange(extra)])

@@ -116,14 +116,21 @@ def test_reference_hand_computed_case():
     assert sel[0, 0].tolist() == [[False, True], [False, True]]
 
 
+def block_sparse_sdpa(q, k, v, sel, layout):
+    """Plain block-sparse attention of a bool (B, H, N, N) block selection, by token mask."""
+    blocks = layout.token_blocks()
+    token_mask = sel[:, :, blocks][..., blocks]  # (B, H, L, L)
+    return torch.nn.functional.scaled_dot_product_attention(
+        *(x.float().transpose(1, 2) for x in (q, k, v)), attn_mask=token_mask).transpose(1, 2)
+
+
 def test_correction_off_is_plain_block_sparse_attention():
+    from kernels.block_mask import row_major_layout
+
     q, k, v = qkv(1, 200, 1, 16, torch.float32, seed=9)
     sel = kernels.sol_block_selection(q, k, v, beta=0.5, keep_diagonal=True)
-    out = kernels.sol_attention_reference(q, k, v, beta=0.5, selection=sel, correction=False)
-    token_mask = sel[0, 0].repeat_interleave(SOL_BLOCK, 0)[:200].repeat_interleave(SOL_BLOCK, 1)[:, :200]
-    expected = torch.nn.functional.scaled_dot_product_attention(
-        *(x.transpose(1, 2) for x in (q, k, v)), attn_mask=token_mask).transpose(1, 2)
-    torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
+    out = kernels.sol_attention_reference(q, k, v, beta=0.5, keep_diagonal=True, correction=False)
+    torch.testing.assert_close(out, block_sparse_sdpa(q, k, v, sel, row_major_layout(200)), atol=1e-5, rtol=1e-5)
 
 
 def test_beta_density_map():
@@ -171,45 +178,91 @@ def test_kernel_rejects_what_it_cannot_run(monkeypatch):
         kernels.sol_attention(q, k, v, beta=1.0)
 
 
-@pytest.mark.parametrize("tma,layout", [(False, "blhd"), (True, "blhd"), (False, "mixed"), (True, "mixed")])
-def test_precomputed_lists_without_correction_match_block_sparse_reference(tma, layout):
-    """"mixed": k heads first and v a view of a fused qkv (HunyuanVideo's single blocks), each
-    read through its own TMA descriptor layout."""
-    from kernels.sol_routing import block_lengths
-    from kernels.sol_triton import block_lists_from_selection, launch_sol_kernel
+@pytest.mark.parametrize("arch,layout", [((9, 0), "blhd"), ((8, 6), "blhd"), ((9, 0), "mixed"), ((8, 6), "mixed")])
+def test_engine_fed_a_mask_is_plain_block_sparse_attention(arch, layout):
+    """The engine on a given block mask, without the pooled term, on both loops (TMA boxes and
+    the pointer loop). "mixed": k heads first and v a view of a fused qkv (HunyuanVideo's single
+    blocks), each read through its own TMA descriptor layout."""
+    from kernels.block_mask import mask_from_dense, row_major_layout
+    from kernels.block_sparse import block_sparse_attention
+    from kernels.launch_config import ARCHITECTURES
 
     q, k, v = qkv(1, 200, 2, 64, torch.float16, seed=21)
     if layout == "mixed":
         q, k, v = hunyuan_single_block(q, k, v)
-    sel = kernels.sol_block_selection(q, k, v, beta=0.3, keep_diagonal=True)
-    lists = block_lists_from_selection(sel, 200)
-    lens = block_lengths(200, q.device)
-    unused = torch.zeros(1, dtype=torch.float16)
-    out, _ = launch_sol_kernel(
-        q, k, v, unused, unused, torch.zeros(1), torch.zeros(1, dtype=torch.int8), lens,
-        scale=0.125, keep_diagonal=False, route=False, correction=False, block_lists=lists, tma=tma)
-    ref = kernels.sol_attention_reference(q, k, v, beta=0.3, selection=sel, correction=False)
-    assert rel_err(out, ref) < 3e-3
+    lay = row_major_layout(200)
+    sel = torch.rand(1, 2, lay.n_blocks, lay.n_blocks, generator=torch.Generator().manual_seed(1)) < 0.5
+    sel |= torch.eye(lay.n_blocks, dtype=torch.bool)
+    mask = mask_from_dense(sel, lay, block_m=64)
+    out = block_sparse_attention(q, k, v, mask, scale=0.125, config=ARCHITECTURES[arch])
+    assert rel_err(out, block_sparse_sdpa(q, k, v, sel, lay)) < 3e-3
 
 
-def test_reorder_runs_sol_on_tile_major_tokens():
+def test_sol_tile_for_grid_pads_least():
+    assert kernels.sol_tile_for_grid((21, 45, 80)) == (1, 8, 8)   # Wan 720p: 45 rows pad to 48
+    assert kernels.sol_tile_for_grid((22, 48, 80)) == (2, 4, 8)   # divisible: the most compact
+    assert kernels.sol_tile_for_grid((1, 30, 52)) in {(1, 8, 8), (1, 4, 16), (1, 2, 32)}
+    q, k, v = qkv(1, 4 * 8 * 8, 1, 64, torch.float16, seed=2)
+    with pytest.raises(ValueError, match="64 tokens"):
+        kernels.sol_attention_reference(q, k, v, beta=1.0, grid=(4, 8, 8), tile=(1, 4, 4))
+    with pytest.raises(ValueError, match="tile needs grid"):
+        kernels.sol_attention_reference(q, k, v, beta=1.0, tile=(1, 8, 8))
+    with pytest.raises(ValueError, match="sinks"):
+        kernels.sol_attention_reference(q, k, v, beta=1.0, grid=(4, 8, 8), sinks=[(0, 4)])
+    with pytest.raises(ValueError, match="more than L"):
+        kernels.sol_attention_reference(q, k, v, beta=1.0, grid=(5, 8, 8))
+
+
+def test_3d_tiles_are_row_major_blocks_of_the_tile_major_order():
+    """On a grid the tile divides, Sol on tiles equals row-major Sol on the tokens permuted
+    tile by tile (extra tokens after the grid as sinks), permuted back."""
     from kernels.layout import tile_layout
 
-    grid, tile, extra = (3, 6, 10), (1, 4, 4), 9
-    L = 3 * 6 * 10 + extra
-    q, k, v = qkv(1, L, 2, 64, torch.float16, seed=31)
-    kw = dict(beta=0.8, sinks=[(180, 189)], grid=grid, reorder=tile, return_stats=True)
-    out, stats = kernels.sol_attention(q, k, v, **kw)
-    ref, ref_stats = kernels.sol_attention_reference(q, k, v, **kw)
-    assert rel_err(out, ref) < 3e-3
-    torch.testing.assert_close(stats["density"], ref_stats["density"])
-    # Same as permuting by hand, running plain Sol, and permuting back.
+    grid, tile, extra = (2, 8, 16), (2, 4, 8), 9
+    L = 2 * 8 * 16 + extra
+    q, k, v = qkv(1, L, 2, 64, torch.float32, seed=31)
+    out = kernels.sol_attention_reference(q, k, v, beta=0.8, grid=grid, tile=tile)
     lay = tile_layout(grid, tile, pad=False)
     blocked = [lay.to_blocks(t, dim=1, extra_tokens=extra) for t in (q, k, v)]
-    by_hand = lay.from_blocks(kernels.sol_attention_reference(*blocked, beta=0.8, sinks=[(180, 189)]),
+    by_hand = lay.from_blocks(kernels.sol_attention_reference(*blocked, beta=0.8, sinks=[(256, L)]),
                               dim=1, extra_tokens=extra)
-    torch.testing.assert_close(ref, by_hand)
-    with pytest.raises(ValueError, match="grid"):
-        kernels.sol_attention_reference(q, k, v, beta=0.8, reorder=tile)
-    with pytest.raises(ValueError, match="sinks"):
-        kernels.sol_attention_reference(q, k, v, beta=0.8, grid=grid, reorder=tile, sinks=[(0, 4)])
+    torch.testing.assert_close(out, by_hand)
+
+
+def per_block_rel_err(out, ref, layout):
+    """Largest relative error of one (batch, head, query block) of rows."""
+    blocks = layout.token_blocks()
+    err = torch.zeros(out.shape[0], out.shape[2], layout.n_blocks).index_add_(
+        2, blocks, ((out.float() - ref.float()) ** 2).sum(-1).transpose(1, 2))
+    norm = torch.zeros_like(err).index_add_(2, blocks, (ref.float() ** 2).sum(-1).transpose(1, 2))
+    return float((err / norm.clamp_min(1e-12)).sqrt().max())
+
+
+TILE_CASES = [
+    # B, grid, tile, extra, H, D, dtype, beta, estimator, keep_diagonal
+    (2, (3, 6, 10), None, 9, 2, 64, torch.float16, 0.8, "exact", False),      # auto tile, text sinks
+    (3, (2, 5, 12), (2, 4, 8), 0, 1, 128, torch.bfloat16, 0.5, "diag", True),  # padded on h and w
+    (1, (5, 3, 7), (4, 4, 4), 70, 4, 64, torch.bfloat16, 1.2, "exact", False),  # two text blocks
+    (2, (1, 9, 9), (1, 8, 8), 0, 3, 64, torch.float16, float("-inf"), "diag", False),
+]
+
+
+@pytest.mark.parametrize("B,grid,tile,extra,H,D,dtype,beta,estimator,keep_diagonal", TILE_CASES)
+def test_kernel_matches_reference_on_3d_tiles(B, grid, tile, extra, H, D, dtype, beta, estimator, keep_diagonal,
+                                              monkeypatch):
+    from kernels.sol_routing import sol_layout
+
+    L = grid[0] * grid[1] * grid[2] + extra
+    q, k, v = qkv(B, L, H, D, dtype, seed=L + H)
+    kw = dict(beta=beta, estimator=estimator, grid=grid, tile=tile, keep_diagonal=keep_diagonal, return_stats=True)
+    real_empty = torch.empty
+    monkeypatch.setattr(kernels.sol.torch, "empty",  # every element of the output must be written
+                        lambda *a, **k: real_empty(*a, **k).fill_(float("nan")) if k.get("dtype", None) == dtype
+                        else real_empty(*a, **k))
+    out, stats = kernels.sol_attention(q, k, v, **kw)
+    monkeypatch.undo()
+    ref, ref_stats = kernels.sol_attention_reference(q, k, v, **kw)
+    assert torch.isfinite(out).all()
+    assert per_block_rel_err(out, ref, sol_layout(L, grid, tile)) < (5e-3 if dtype == torch.float16 else 3e-2)
+    assert torch.equal(stats["exact_blocks"], ref_stats["exact_blocks"])
+    torch.testing.assert_close(stats["density"], ref_stats["density"])

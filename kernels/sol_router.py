@@ -1,0 +1,164 @@
+"""Sol-Attn's per-call routing on the GPU: pooled block means, then a compact block mask.
+
+Two light kernels per group of heads, before the engine (``block_sparse``) runs:
+
+1. ``_pool_kernel``: one program per (block, batch·head) reads the block's rows of q, k and v
+   in place (slot map) and writes their means Q̄, K̄, V̄ (B, Hg, N, D) in float32; PyTorch
+   rounds them to the input dtype (Triton's CPU interpreter truncates float32 to bfloat16
+   instead of rounding, so the tests would see other means than the GPU).
+2. ``_route_kernel``: one program per ``ROUTE_ROWS`` query blocks of one (batch, head) walks the
+   pooled keys in chunks of 64: the tile ŝ = s·Q̄·K̄ᵀ is compared with τ (and the forced
+   columns, the ±1 neighbours with ``keep_diagonal``); the picked columns are appended to each
+   query block's id list (ascending, int16) and set in its bitmap (one int64 word per chunk,
+   read by the pooled term), and the counts of grid and extra blocks are written.
+
+τ itself (``sol_routing.block_thresholds``, a few small GEMMs) runs in PyTorch between the
+two. Lists have room for every block (``ids`` is (B, Hg, N, N)): nothing is ever dropped and
+no count is read back to the host, so a call never synchronises the device; the caller bounds
+the memory by running heads in groups (``sol.head_groups``).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .block_mask import BlockLayout, BlockMask
+from .block_sparse import PooledBlocks, device_guard
+from .tile_loop import dot_dtype_for
+
+ROUTE_ROWS = 32   # query blocks per routing program (a dot operand: >= 16)
+ROUTE_CHUNK = 64  # pooled keys per routing step: one bitmap word
+
+
+@triton.jit
+def _pool_kernel(
+    Q, K, V, Q_MEAN, K_MEAN, V_MEAN, ROW_MAP, BLOCK_LEN,
+    stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
+    head_base, group_heads, num_blocks,
+    HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, SLOTS: tl.constexpr,
+):
+    blk = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = (bh // group_heads).to(tl.int64)
+    h = (head_base + bh % group_heads).to(tl.int64)
+    local = tl.arange(0, SLOTS)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = tl.load(ROW_MAP + blk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
+    ok = (rows >= 0)[:, None]
+    rows = tl.maximum(rows, 0).to(tl.int64)[:, None]
+    inv_len = 1.0 / tl.load(BLOCK_LEN + blk).to(tl.float32)
+    out = (bh.to(tl.int64) * num_blocks + blk) * HEAD_DIM + offs_d
+    x = tl.load(Q + b * stride_qb + h * stride_qh + rows * stride_qn + offs_d[None, :], mask=ok, other=0.0)
+    tl.store(Q_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
+    x = tl.load(K + b * stride_kb + h * stride_kh + rows * stride_kn + offs_d[None, :], mask=ok, other=0.0)
+    tl.store(K_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
+    x = tl.load(V + b * stride_vb + h * stride_vh + rows * stride_vn + offs_d[None, :], mask=ok, other=0.0)
+    tl.store(V_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
+
+
+@triton.jit
+def _route_kernel(
+    Q_MEAN, K_MEAN, TAU, FORCED, COUNTS, IDS, BITS,
+    num_blocks, n_grid_blocks, bits_stride, sm_scale,
+    HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr, KEEP_DIAGONAL: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
+    bh = tl.program_id(1).to(tl.int64)
+    qrows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    row_ok = qrows < num_blocks
+    offs_c = tl.arange(0, CHUNK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    base = bh * num_blocks
+    qm = tl.load(Q_MEAN + (base + qrows[:, None]) * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    qm = qm.to(DOT_DTYPE)
+    tau = tl.load(TAU + base + qrows, mask=row_ok, other=float("inf"))
+    list_rows = (base + qrows).to(tl.int64)
+    n_picked = tl.zeros([ROWS], dtype=tl.int32)
+    n_extra = tl.zeros([ROWS], dtype=tl.int32)
+    for c0 in range(0, num_blocks, CHUNK):
+        cols = c0 + offs_c
+        col_ok = cols < num_blocks
+        km = tl.load(K_MEAN + (base + cols[:, None]) * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        proxy = tl.dot(qm, tl.trans(km.to(DOT_DTYPE))) * sm_scale
+        forced = tl.load(FORCED + cols, mask=col_ok, other=0) != 0
+        picked = (proxy > tau[:, None]) | forced[None, :]
+        if KEEP_DIAGONAL:
+            picked = picked | (tl.abs(cols[None, :] - qrows[:, None]) <= 1)
+        picked = picked & col_ok[None, :] & row_ok[:, None]
+        flags = picked.to(tl.int32)
+        # Distinct bits: their sum is their OR.
+        word = tl.sum(flags.to(tl.int64) << offs_c.to(tl.int64)[None, :], 1)
+        tl.store(BITS + list_rows * bits_stride + c0 // CHUNK, word, mask=row_ok)
+        pos = n_picked[:, None] + tl.cumsum(flags, 1) - 1
+        tl.store(IDS + list_rows[:, None] * num_blocks + pos, cols[None, :].to(IDS.dtype.element_ty), mask=picked)
+        n_picked += tl.sum(flags, 1)
+        n_extra += tl.sum(flags * (cols >= n_grid_blocks).to(tl.int32)[None, :], 1)
+    tl.store(COUNTS + list_rows * 2, n_picked - n_extra, mask=row_ok)
+    tl.store(COUNTS + list_rows * 2 + 1, n_extra, mask=row_ok)
+
+
+def pool_blocks(q, k, v, layout: BlockLayout, head_base: int, group_heads: int):
+    """(Q̄, K̄, V̄), each (B, Hg, N, D) in the input dtype, for heads head_base .. + Hg."""
+    B, _, _, D = q.shape
+    n = layout.n_blocks
+    means = [torch.empty((B, group_heads, n, D), device=q.device, dtype=torch.float32) for _ in range(3)]
+    with device_guard(q):
+        _pool_kernel[(n, B * group_heads)](
+            Q=q, K=k, V=v, Q_MEAN=means[0], K_MEAN=means[1], V_MEAN=means[2],
+            ROW_MAP=layout.row_map, BLOCK_LEN=layout.lengths,
+            stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
+            stride_kb=k.stride(0), stride_kn=k.stride(1), stride_kh=k.stride(2),
+            stride_vb=v.stride(0), stride_vn=v.stride(1), stride_vh=v.stride(2),
+            head_base=head_base, group_heads=group_heads, num_blocks=n,
+            HEAD_DIM=D, BLOCK_TOKENS=layout.block_tokens, SLOTS=triton.next_power_of_2(layout.block_tokens),
+        )
+    return [m.to(q.dtype) for m in means]
+
+
+@functools.lru_cache(maxsize=64)
+def _sol_work(group_heads: int, num_blocks: int, device_str: str) -> torch.Tensor:
+    # One 64-row tile per block: the work order is (head, query block) in order.
+    return torch.arange(group_heads * num_blocks, dtype=torch.int32, device=device_str)
+
+
+@functools.lru_cache(maxsize=64)
+def _log2_lengths(layout: BlockLayout) -> torch.Tensor:
+    return layout.lengths.float().log2()
+
+
+def route(q_mean, k_mean, tau, forced, layout: BlockLayout, *, scale: float, keep_diagonal: bool) -> BlockMask:
+    """The block mask (with its bitmap) of a group: ``q_mean``/``k_mean`` (B, Hg, N, D),
+    ``tau`` float32 (B, Hg, N), ``forced`` bool (N,)."""
+    B, Hg, n, D = q_mean.shape
+    dev = q_mean.device
+    counts = torch.empty((B, Hg, n, 2), device=dev, dtype=torch.int32)
+    ids = torch.empty((B, Hg, n, n), device=dev, dtype=torch.int16 if n < 2**15 else torch.int32)
+    bits = torch.empty((B, Hg, n, -(-n // ROUTE_CHUNK)), device=dev, dtype=torch.int64)
+    with device_guard(q_mean):
+        _route_kernel[(triton.cdiv(n, ROUTE_ROWS), B * Hg)](
+            Q_MEAN=q_mean, K_MEAN=k_mean, TAU=tau.contiguous(), FORCED=forced.to(torch.int8),
+            COUNTS=counts, IDS=ids, BITS=bits,
+            num_blocks=n, n_grid_blocks=layout.n_grid_blocks, bits_stride=bits.shape[-1], sm_scale=scale,
+            HEAD_DIM=D, ROWS=ROUTE_ROWS, CHUNK=ROUTE_CHUNK, KEEP_DIAGONAL=bool(keep_diagonal),
+            DOT_DTYPE=dot_dtype_for(q_mean.dtype),
+        )
+    work = _sol_work(Hg, n, str(dev))
+    return BlockMask(layout, counts, ids, work, block_m=layout.block_tokens, routed_bits=bits)
+
+
+def pooled_term(k_mean, v_mean, layout: BlockLayout) -> PooledBlocks:
+    return PooledBlocks(k_mean, v_mean, _log2_lengths(layout))
+
+
+def scratch_bytes_per_head(batch: int, layout: BlockLayout, head_dim: int, itemsize: int) -> int:
+    """Device memory one head of one call needs besides its output: pooled means (float32 while
+    they are rounded, then the input dtype), τ, counts, id lists and bitmap."""
+    n = layout.n_blocks
+    id_bytes = 2 if n < 2**15 else 4
+    per_batch = (3 * n * head_dim * (4 + itemsize) + 4 * n + 8 * n + id_bytes * n * n
+                 + 8 * n * math.ceil(n / ROUTE_CHUNK))
+    return batch * per_batch
