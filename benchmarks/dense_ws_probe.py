@@ -99,7 +99,7 @@ def kernel_facts(compiled):
 def main() -> int:
     """Compile every variant for sm_90 (bf16, D=128) without a GPU and print what came out."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools"))
-    from compile_hopper import CapturedLaunch, compile_call
+    from compile_kernels import CapturedLaunch, compile_call
 
     global _dense_attention_kernel
     launch = CapturedLaunch(_dense_attention_kernel)

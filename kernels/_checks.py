@@ -43,12 +43,17 @@ def check_qkv(q, k, v, *, for_kernel: bool) -> tuple[int, int, int, int]:
             raise TypeError(f"q/k/v dtype must be torch.float16 or torch.bfloat16 for the Triton kernel, got {q.dtype}")
         if D not in KERNEL_HEAD_DIMS:
             raise ValueError(f"head dim D must be one of {KERNEL_HEAD_DIMS} for the Triton kernel, got {D}")
-        if q.device.type != "cuda" and not triton_interpreting():
+        if not kernel_device_ok(q.device):
             raise ValueError(
                 f"q/k/v must be CUDA tensors for the Triton kernel, got device {q.device}; "
                 "use the *_reference function on the CPU"
             )
     return B, L, H, D
+
+
+def kernel_device_ok(device) -> bool:
+    """The Triton kernels run on CUDA devices, or anywhere through the interpreter."""
+    return device.type == "cuda" or triton_interpreting()
 
 
 def triton_interpreting() -> bool:

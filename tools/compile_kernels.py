@@ -1,0 +1,221 @@
+"""Compile every kernel launch the pack makes, for each GPU architecture, on a machine without a GPU.
+
+CI has no GPU and runs the kernels through Triton's interpreter, which does not apply the
+compiler's type rules, layouts or shared-memory limits. This tool builds each launch the pack
+makes (the launchers run on CPU tensors with each architecture's ``LaunchConfig``; the kernel
+call is captured instead of run) and compiles it to a cubin with Triton's bundled LLVM and
+ptxas for that architecture, so a kernel that would not build or not fit there fails here.
+It never runs a kernel.
+
+    python tools/compile_kernels.py --arch sm_80,sm_86,sm_89,sm_90,sm_100,sm_120
+    PYTHONPATH=.cache/triton-3.6.0 python tools/compile_kernels.py ...   # another Triton
+
+One line per (architecture, kernel variant): shared memory against the architecture's limit
+per block, registers per thread (``cuobjdump -res-usage`` of the cubin), spills. Exit 1 when
+any launch fails to compile or asks for more shared memory than its architecture has.
+``--json FILE`` also writes the table. Must run without TRITON_INTERPRET.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    sys.exit("compile_kernels.py: unset TRITON_INTERPRET (the interpreter compiles nothing)")
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+from triton._C.libtriton import native_specialize_impl  # noqa: E402
+from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
+
+import kernels  # noqa: E402
+import kernels._checks as checks  # noqa: E402
+import kernels.block_sparse as block_sparse  # noqa: E402
+import kernels.sol_router as sol_router  # noqa: E402
+from kernels.launch_config import ARCHITECTURES  # noqa: E402
+
+# Shared memory per block a launch may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+SHARED_MEMORY_LIMIT = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448, 120: 101_376}
+DEFAULT_ARCHS = "sm_80,sm_86,sm_89,sm_90,sm_100,sm_120"
+
+
+class CapturedLaunch:
+    """Stands in for a @triton.jit kernel: ``kernel[grid](*args, **kw)`` records the call."""
+
+    def __init__(self, fn):
+        self.fn = fn
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kw: self.calls.append((args, kw))
+
+
+def compile_call(fn, args, kw, capability: int = 90):
+    """Compile one captured launch for ``capability`` as the JIT would on that GPU.
+
+    Arguments are specialised the way a launch does it (``native_specialize_impl``): an
+    integer or pointer divisible by 16 carries ``tt.divisibility``, an integer 1 becomes a
+    constant. That changes the IR (vector widths, and what later passes see), so a kernel
+    that builds without it may still fail on the device.
+    """
+    bound = dict(zip(fn.arg_names, args))
+    bound.update({k: v for k, v in kw.items() if k in fn.arg_names})
+    signature, constexprs, attrs = {}, {}, {}
+    for i, p in enumerate(fn.params):
+        if p.is_constexpr:
+            signature[p.name] = "constexpr"
+            constexprs[(i,)] = bound[p.name]
+            continue
+        kind, key = native_specialize_impl(BaseBackend, bound[p.name], p.is_const, not p.do_not_specialize,
+                                           not p.do_not_specialize_on_alignment)
+        signature[p.name] = kind
+        if kind == "constexpr":
+            constexprs[(i,)] = bound[p.name]
+        elif isinstance(key, str):
+            attrs[(i,)] = BaseBackend.parse_attr(key)
+    options = {"num_warps": kw.get("num_warps", 4), "num_stages": kw.get("num_stages", 3)}
+    target = GPUTarget("cuda", capability, 32)
+    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """Registers per thread and stack (spill) bytes from ``cuobjdump -res-usage`` (Triton's copy)."""
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        text = subprocess.run([tool, "-res-usage", f.name], capture_output=True, text=True).stdout
+    regs = re.search(r"REG:(\d+)", text)
+    stack = re.search(r"STACK:(\d+)", text)
+    return {"registers": int(regs.group(1)) if regs else None, "stack_bytes": int(stack.group(1)) if stack else None}
+
+
+def qkv(B, L, H, D, dtype, layout):
+    """q, k, v (B, L, H, D) in a model's memory layout: "blhd" (Wan, LTX: (B, L, H·D)),
+    "heads_first" (HunyuanVideo double blocks) or "single_block" (HunyuanVideo single
+    blocks: q, k heads first, v a view into the fused qkv projection)."""
+    q, k, v = (torch.randn(B, L, H, D, dtype=dtype) for _ in range(3))
+    if layout == "blhd":
+        return q, k, v
+    heads_first = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v)]
+    if layout == "heads_first":
+        return tuple(heads_first)
+    return heads_first[0], heads_first[1], torch.stack([q, k, v], dim=2)[:, :, 2]
+
+
+PSA_PARAMS = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])
+
+# (name, grid, tile, extra tokens, dtype, head dim, layout)
+PSA_CASES = [
+    ("psa wan720p tile, bf16", (6, 16, 32), (3, 8, 16), 0, torch.bfloat16, 128, "blhd"),
+    ("psa wan720p tile, padded grid", (6, 15, 32), (3, 8, 16), 0, torch.bfloat16, 128, "blhd"),
+    ("psa hunyuan single block, text", (6, 16, 32), (3, 8, 16), 256, torch.bfloat16, 128, "single_block"),
+    ("psa hunyuan768p tile, fp16 d64", (6, 16, 16), (6, 8, 8), 77, torch.float16, 64, "heads_first"),
+    ("psa 30-token tiles", (4, 6, 10), (2, 3, 5), 0, torch.bfloat16, 128, "blhd"),
+]
+
+# (name, L, grid, dtype, head dim, layout, keep_diagonal, correction)
+SOL_CASES = [
+    ("sol 3D tiles, padded grid, text sinks", 6 * 15 * 32 + 256, (6, 15, 32), torch.bfloat16, 128, "single_block",
+     False, True),
+    ("sol 3D tiles, fp16 d64", 4 * 16 * 16, (4, 16, 16), torch.float16, 64, "heads_first", True, True),
+    ("sol row-major, ragged tail", 4133, None, torch.bfloat16, 128, "blhd", False, True),
+    ("sol without the pooled term", 4096, (4, 32, 32), torch.bfloat16, 128, "blhd", False, False),
+]
+
+
+KERNELS = ((block_sparse, "_block_sparse_kernel"), (sol_router, "_pool_kernel"), (sol_router, "_route_kernel"))
+
+
+def capture_launches(config):
+    """Every kernel launch of the cases above under ``config``: [(case name, kernel, args, kw)]."""
+    originals = {name: getattr(mod, name) for mod, name in KERNELS}
+    captured = {name: CapturedLaunch(fn) for name, fn in originals.items()}
+    for mod, name in KERNELS:
+        setattr(mod, name, captured[name])
+    launches = []
+    try:
+        for name, grid, tile, extra, dtype, D, layout in PSA_CASES:
+            L = grid[0] * grid[1] * grid[2] + extra
+            q, k, v = qkv(1, L, 2, D, dtype, layout)
+            kernels.psa_attention(q, k, v, grid=grid, params=PSA_PARAMS, tile=tile, extra_tokens=extra,
+                                  config=config)
+            launches += [(name, captured[n], *c) for n in captured for c in captured[n].calls]
+            for c in captured.values():
+                c.calls.clear()
+        for name, L, grid, dtype, D, layout, diag, corr in SOL_CASES:
+            q, k, v = qkv(1, L, 2, D, dtype, layout)
+            kernels.sol_attention(q, k, v, beta=1.0, grid=grid, keep_diagonal=diag, correction=corr, config=config)
+            launches += [(name, captured[n], *c) for n in captured for c in captured[n].calls]
+            for c in captured.values():
+                c.calls.clear()
+    finally:
+        for mod, name in KERNELS:
+            setattr(mod, name, originals[name])
+    return launches
+
+
+def parse_archs(text: str) -> list[int]:
+    out = []
+    for part in text.split(","):
+        m = re.fullmatch(r"sm_(\d+)", part.strip())
+        if not m or int(m.group(1)) not in SHARED_MEMORY_LIMIT:
+            raise SystemExit(f"--arch: {part.strip()!r} is not one of {DEFAULT_ARCHS}")
+        out.append(int(m.group(1)))
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python tools/compile_kernels.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arch", default=DEFAULT_ARCHS, help=f"comma-separated targets (default {DEFAULT_ARCHS})")
+    ap.add_argument("--json", help="also write the table to this file")
+    args = ap.parse_args(argv)
+    # The launchers refuse CPU tensors unless interpreting; here they only build the launches.
+    checks.kernel_device_ok = lambda device: True
+    failures, rows = 0, []
+    print(f"Triton {triton.__version__}", flush=True)
+    for cap in parse_archs(args.arch):
+        config = ARCHITECTURES[divmod(cap, 10)]
+        limit = SHARED_MEMORY_LIMIT[cap]
+        seen = set()
+        for case, launch, cargs, kw in capture_launches(config):
+            kernel = launch.fn.__name__
+            key = (kernel, case)
+            if key in seen:
+                continue
+            seen.add(key)
+            row = {"arch": f"sm_{cap}", "triton": triton.__version__, "case": case, "kernel": kernel,
+                   "tma": bool(kw.get("TMA", False)), "num_warps": kw.get("num_warps", 4),
+                   "num_stages": kw.get("num_stages", 3), "limit": limit}
+            try:
+                compiled = compile_call(launch.fn, cargs, kw, cap)
+                row.update(shared=compiled.metadata.shared, **resource_usage(compiled.asm["cubin"]))
+                row["fits"] = row["shared"] <= limit
+                failures += not row["fits"]
+                print(f"{'ok  ' if row['fits'] else 'FAIL'} sm_{cap} {kernel:<21} {case}: TMA={row['tma']} "
+                      f"shared {row['shared']} of {limit} bytes, {row['registers']} registers, "
+                      f"stack {row['stack_bytes']} bytes", flush=True)
+            except Exception:  # report every case, fail at the end
+                failures += 1
+                row["error"] = traceback.format_exc(limit=3)[-2000:]
+                print(f"FAIL sm_{cap} {kernel} {case}:\n{traceback.format_exc()}", flush=True)
+            rows.append(row)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"triton": triton.__version__, "rows": rows}, f, indent=1)
+    print(f"{len(rows)} launches compiled, {failures} failed", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
