@@ -24,8 +24,12 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
-from kernels.sol_routing import block_lengths  # noqa: E402
-from kernels.sol_triton import SOL_CHUNK, block_lists_from_selection, launch_sol_kernel  # noqa: E402
+from kernels.block_mask import mask_from_dense  # noqa: E402
+from kernels.block_sparse import block_sparse_attention  # noqa: E402
+from kernels.launch_config import ARCHITECTURES  # noqa: E402
+from kernels.sol_reference import check_sol_call  # noqa: E402
+from kernels.sol_router import pool_blocks, pooled_term, route  # noqa: E402
+from kernels.sol_routing import block_thresholds  # noqa: E402
 
 
 OUT_PATH = None
@@ -79,29 +83,32 @@ def peak_extra_mb(fn):
 
 
 def check_sol(results):
-    """Kernel vs reference on moderate shapes, several β, both estimators, sinks, diagonal."""
+    """Kernel vs reference on moderate shapes: 3D tiles (auto and forced), row-major, several β,
+    both estimators, sinks, the diagonal, text tokens after the grid."""
     cases = [
-        (1, 4096 + 37, 4, 128, torch.bfloat16, 1.0, "exact", None, False),
-        (2, 3000, 3, 64, torch.float16, 1.5, "diag", [(2900, 3000)], True),
-        (1, 8192, 2, 128, torch.bfloat16, 0.5, "diag", None, True),
-        (3, 777, 2, 128, torch.float16, float("-inf"), "exact", None, False),
+        (1, 4096 + 37, None, 4, 128, torch.bfloat16, 1.0, "exact", None, False),
+        (2, 3000, None, 3, 64, torch.float16, 1.5, "diag", [(2900, 3000)], True),
+        (1, 6 * 45 * 80, (6, 45, 80), 2, 128, torch.bfloat16, 1.04, "exact", None, False),
+        (1, 5 * 45 * 80 + 256, (5, 45, 80), 2, 128, torch.bfloat16, 1.28, "diag", None, False),
+        (3, 777, (7, 11, 10), 2, 128, torch.float16, float("-inf"), "exact", None, False),
     ]
-    for i, (B, L, H, D, dtype, beta, est, sinks, diag) in enumerate(cases):
+    for i, (B, L, grid, H, D, dtype, beta, est, sinks, diag) in enumerate(cases):
         g = torch.Generator(device="cuda").manual_seed(1000 + i)
         q, k, v = (torch.randn(B, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3))
-        kw = dict(beta=beta, estimator=est, sinks=sinks, keep_diagonal=diag, return_stats=True)
+        kw = dict(beta=beta, estimator=est, sinks=sinks, keep_diagonal=diag, grid=grid, return_stats=True)
         poison_allocator(q.numel() * q.element_size())
         out, st = kernels.sol_attention(q, k, v, **kw)
         ref, rst = kernels.sol_attention_reference(q, k, v, **kw)
-        entry = dict(shape=[B, L, H, D], dtype=str(dtype), beta=beta, estimator=est, sinks=sinks,
-                     keep_diagonal=diag, rel_l2_vs_reference=rel_l2(out, ref),
+        entry = dict(method="sol", shape=[B, L, H, D], grid=grid, dtype=str(dtype), beta=beta, estimator=est,
+                     sinks=sinks, keep_diagonal=diag, rel_l2_vs_reference=rel_l2(out, ref),
                      all_finite=bool(torch.isfinite(out).all()),
+                     exact_block_rows_differing=float((st["exact_blocks"] != rst["exact_blocks"]).float().mean()),
                      density_kernel=st["density"].mean().item(), density_reference=rst["density"].mean().item())
         entry["ok"] = entry["all_finite"] and entry["rel_l2_vs_reference"] < 2e-2
         results["checks"].append(entry)
-        print(f"check sol {entry['shape']} {dtype} β={beta} {est}: rel_l2={entry['rel_l2_vs_reference']:.2e} "
-              f"finite={entry['all_finite']} density {entry['density_kernel']:.3f}/{entry['density_reference']:.3f}",
-              flush=True)
+        print(f"check sol {entry['shape']} grid={grid} {dtype} β={beta} {est}: rel_l2={entry['rel_l2_vs_reference']:.2e} "
+              f"finite={entry['all_finite']} density {entry['density_kernel']:.3f}/{entry['density_reference']:.3f} "
+              f"rows differing {entry['exact_block_rows_differing']:.1e}", flush=True)
 
 
 def flex_block_mask(selection, L, block=64):
@@ -114,110 +121,118 @@ def flex_block_mask(selection, L, block=64):
     return BlockMask.from_kv_blocks(zeros, torch.zeros_like(ids), counts, ids, BLOCK_SIZE=block, seq_lengths=(L, L))
 
 
-def bench_sol(results, seqs, densities, H, D, rep_ms, flex_seqs):
-    flex = None
-    if flex_seqs:
-        from torch.nn.attention.flex_attention import flex_attention
+SOL_SHAPES = {75600: (21, 45, 80), 131072: (32, 64, 64)}
 
-        flex = torch.compile(flex_attention, dynamic=False)
+
+def sol_pieces(q, k, v, beta, grid, tile):
+    """The three stages of one Sol call for all heads, for timing them apart: the routed mask
+    and the pooled term (one group of all heads; the benchmark's memory is not the point here)."""
+    layout, forced, beta_t, scale = check_sol_call(q, k, v, beta=beta, estimator="exact", grid=grid, tile=tile,
+                                                   sinks=None, scale=None, for_kernel=True)
+    H = q.shape[2]
+
+    def routing():
+        qm, km, vm = pool_blocks(q, k, v, layout, 0, H)
+        tau = block_thresholds(qm, km, beta_t, "exact", scale)
+        return route(qm, km, tau, forced, layout, scale=scale, keep_diagonal=False), pooled_term(km, vm, layout)
+
+    return layout, routing, scale
+
+
+def bench_sol(results, seqs, densities, tilings, H, D, rep_ms):
+    """Per sequence, tiling (``rowmajor``, ``auto`` or ``bt:bh:bw``) and density: the whole call
+    with and without the pooled term, the engine fed the same mask (the "lists" baseline), the
+    routing alone, memory, and fidelity against cuDNN on these random inputs."""
     for L in seqs:
+        grid = SOL_SHAPES.get(L)
         q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L)
         ref = cudnn_sdpa(q, k, v)
         t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
         mem_dense = peak_extra_mb(lambda: cudnn_sdpa(q, k, v))
-        print(f"L={L}: cuDNN {t_dense:.2f} ms", flush=True)
-        lens = block_lengths(L, q.device)
-        for rho in densities:
-            beta = kernels.beta_for_density(rho)
-            t0 = time.perf_counter()
-            out, st = kernels.sol_attention(q, k, v, beta=beta, return_stats=True)
-            torch.cuda.synchronize()
-            first_call_s = time.perf_counter() - t0
-            density = st["density"].mean().item()
-            t_sol = bench_ms(lambda: kernels.sol_attention(q, k, v, beta=beta), rep_ms)
-            mem_sol = peak_extra_mb(lambda: kernels.sol_attention(q, k, v, beta=beta))
-            sel = kernels.sol_block_selection(q, k, v, beta=beta)
-            lists = block_lists_from_selection(sel, L)
-            unused = torch.zeros(1, device="cuda", dtype=q.dtype)
-            scale = 1 / math.sqrt(D)
+        print(f"L={L} grid={grid}: cuDNN {t_dense:.2f} ms", flush=True)
+        for tiling in tilings:
+            if tiling == "rowmajor" or grid is None:
+                g, tile = None, None
+            else:
+                g, tile = grid, (None if tiling == "auto" else tuple(int(x) for x in tiling.split(":")))
+            for rho in densities:
+                beta = kernels.beta_for_density(rho)
+                kw = dict(beta=beta, grid=g, tile=tile)
+                t0 = time.perf_counter()
+                out, st = kernels.sol_attention(q, k, v, return_stats=True, **kw)
+                torch.cuda.synchronize()
+                first_call_s = time.perf_counter() - t0
+                density = st["density"].mean().item()
+                t_sol = bench_ms(lambda: kernels.sol_attention(q, k, v, **kw), rep_ms)
+                t_plain = bench_ms(lambda: kernels.sol_attention(q, k, v, correction=False, **kw), rep_ms)
+                mem_sol = peak_extra_mb(lambda: kernels.sol_attention(q, k, v, **kw))
+                layout, routing, scale = sol_pieces(q, k, v, beta, g, tile)
+                mask, pooled = routing()
+                t_route = bench_ms(routing, rep_ms)
+                t_lists = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale), rep_ms)
+                t_lists_pooled = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled),
+                                          rep_ms)
+                plain_out = kernels.sol_attention(q, k, v, correction=False, **kw)
+                mask = pooled = None  # free the scratch before the next row
+                n_keep = max(64, int(round(density * L)))
+                t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
+                row = dict(L=L, grid=g, tile=list(layout.tile), tiling=tiling, blocks=layout.n_blocks,
+                           padding=layout.n_slots / L - 1, heads=H, head_dim=D, target_density=rho, beta=beta,
+                           density=density, cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,
+                           sol_without_correction_ms=t_plain, speedup_without_correction=t_dense / t_plain,
+                           precomputed_mask_ms=t_lists, precomputed_mask_with_pooled_term_ms=t_lists_pooled,
+                           routing_ms=t_route, routing_and_correction_overhead=t_sol / t_lists - 1,
+                           correction_share=t_lists_pooled / t_lists - 1,
+                           ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal,
+                           rel_l2_vs_dense=rel_l2(out, ref), row_cosine_vs_dense=row_cosine(out, ref),
+                           rel_l2_vs_dense_without_correction=rel_l2(plain_out, ref),
+                           first_call_s=first_call_s, peak_extra_mb_sol=mem_sol, peak_extra_mb_cudnn=mem_dense,
+                           memory_over_dense=(mem_sol - mem_dense) / mem_dense)
+                results["sol"].append(row)
+                save(results)
+                print(f"  {tiling} tile={row['tile']} ρ={rho:.2f} density={density:.3f} sol {t_sol:.2f} ms "
+                      f"({t_dense / t_sol:.2f}x) no-corr {t_plain:.2f} lists {t_lists:.2f} (+pooled {t_lists_pooled:.2f}) "
+                      f"routing {t_route:.2f} overhead {100 * row['routing_and_correction_overhead']:.1f}% "
+                      f"ideal {t_dense / t_ideal:.2f}x rel_l2 {row['rel_l2_vs_dense']:.3f} "
+                      f"mem +{mem_sol:.0f}MB vs +{mem_dense:.0f}MB first {first_call_s:.1f}s", flush=True)
+                del out, plain_out
 
-            def run_lists():
-                return launch_sol_kernel(q, k, v, unused, unused, unused.float(), unused.to(torch.int8), lens,
-                                         scale=scale, keep_diagonal=False, route=False, correction=False,
-                                         block_lists=lists)[0]
 
-            t_lists = bench_ms(run_lists, rep_ms)
-            n_keep = max(64, int(round(density * L)))
-            t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
-            row = dict(L=L, heads=H, head_dim=D, target_density=rho, beta=beta, density=density,
-                       cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,
-                       precomputed_mask_ms=t_lists, routing_and_correction_overhead=t_sol / t_lists - 1,
-                       ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal,
-                       rel_l2_vs_dense=rel_l2(out, ref), row_cosine_vs_dense=row_cosine(out, ref),
-                       first_call_s=first_call_s, peak_extra_mb_sol=mem_sol, peak_extra_mb_cudnn=mem_dense,
-                       inputs_mb=3 * q.numel() * 2 / 2**20)
-            if flex is not None and L in flex_seqs:
-                try:
-                    bm = flex_block_mask(sel, L)
-                    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-                    opts = {"BLOCK_M": 64, "BLOCK_N": 64}
-                    flex(qt, kt, vt, block_mask=bm, kernel_options=opts)
-                    row["flex_ms"] = bench_ms(lambda: flex(qt, kt, vt, block_mask=bm, kernel_options=opts), rep_ms)
-                    row["flex_speedup"] = t_dense / row["flex_ms"]
-                except Exception as exc:  # record why FlexAttention could not run, keep the job going
-                    row["flex_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            results["sol"].append(row)
-            save(results)
-            print(f"  ρ={rho:.2f} β={beta:.2f} density={density:.3f} sol {t_sol:.2f} ms ({t_dense / t_sol:.2f}x) "
-                  f"lists {t_lists:.2f} ms (overhead {100 * (t_sol / t_lists - 1):.1f}%) ideal {t_dense / t_ideal:.2f}x "
-                  f"flex {row.get('flex_speedup', float('nan')):.2f}x rel_l2 {row['rel_l2_vs_dense']:.3f} "
-                  f"mem +{mem_sol:.0f}MB vs +{mem_dense:.0f}MB first {first_call_s:.1f}s", flush=True)
-            del sel, lists, out
-
-
-def sweep_sol(results, L, rho, H, D, rep_ms, configs):
-    """Time launch configurations (warps:stages:per_sm:tma) of the Sol kernel, fused and fed
-    precomputed lists."""
-    q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=7)
-    beta = kernels.beta_for_density(rho)
-    from kernels.sol_routing import block_thresholds, forced_key_blocks, pooled_blocks
-
-    scale = 1 / math.sqrt(D)
-    q_mean, k_mean32, k_mean, v_sum, lens = pooled_blocks(q, k, v)
-    tau = block_thresholds(q_mean, k_mean32, torch.full((H,), beta, device="cuda"), "exact", scale).contiguous()
-    forced = forced_key_blocks([], L, q.device).to(torch.int8)
-    k_mean, v_sum = k_mean.contiguous(), v_sum.contiguous()
-    lists = block_lists_from_selection(kernels.sol_block_selection(q, k, v, beta=beta), L)
+def bench_arch_configs(results, H, D, rep_ms, archs):
+    """Each architecture's launch configuration forced on this GPU: checked against the float
+    reference (two heads), then timed at full size against cuDNN in the same run."""
+    grid, tile = (21, 45, 80), (3, 8, 16)
+    L = grid[0] * grid[1] * grid[2]
+    q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=77)
     t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
-    t_prep = bench_ms(lambda: block_thresholds(*pooled_blocks(q, k, v)[:2], torch.full((H,), beta, device="cuda"),
-                                               "exact", scale), rep_ms)
-    for warps, stages, per_sm, tma, *chunk in configs:
-        chunk = chunk[0] if chunk else SOL_CHUNK
-        row = dict(L=L, target_density=rho, num_warps=warps, num_stages=stages, programs_per_sm=per_sm,
-                   tma=bool(tma), chunk=chunk, cudnn_ms=t_dense, prep_ms=t_prep)
+    params = {rho: psa_params_for_density(grid, tile, H, rho) for rho in (0.15, 0.40)}
+    small = [x[:, :, :2] for x in (q, k, v)]
+    for cap in archs:
+        config = ARCHITECTURES[cap]
+        row = dict(arch=f"sm_{cap[0]}{cap[1]}", config=config.describe(), L=L, grid=grid, cudnn_ms=t_dense)
         try:
-            fused = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
-                                              keep_diagonal=False, num_warps=warps, num_stages=stages,
-                                              programs_per_sm=per_sm, tma=bool(tma), chunk=chunk)
-            plain = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
-                                              keep_diagonal=False, route=False, correction=False,
-                                              block_lists=lists, num_warps=warps, num_stages=stages,
-                                              programs_per_sm=per_sm, tma=bool(tma))
-            # The routing pass without the correction: what picking and staging cost alone.
-            route_only = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
-                                                   keep_diagonal=False, correction=False, num_warps=warps,
-                                                   num_stages=stages, programs_per_sm=per_sm, tma=bool(tma),
-                                                   chunk=chunk)
-            row["fused_kernel_ms"] = bench_ms(fused, rep_ms)
-            row["lists_kernel_ms"] = bench_ms(plain, rep_ms)
-            row["routing_without_correction_ms"] = bench_ms(route_only, rep_ms)
-        except Exception as exc:  # a configuration that does not compile or fit is recorded, not fatal
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        results["sweep"].append(row)
-        print("sweep", {k_: (round(v_, 3) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
+            p2 = params[0.15][0][:2]
+            poison_allocator(small[0].numel() * 2)
+            out = kernels.psa_attention(*small, grid=grid, params=p2, tile=tile, config=config)
+            row["psa_rel_l2_vs_reference"] = rel_l2(out, kernels.psa_attention_reference(*small, grid=grid, params=p2,
+                                                                                          tile=tile))
+            poison_allocator(small[0].numel() * 2)
+            out = kernels.sol_attention(*small, beta=1.04, grid=grid, config=config)
+            row["sol_rel_l2_vs_reference"] = rel_l2(out, kernels.sol_attention_reference(*small, beta=1.04, grid=grid))
+            for rho, (p, dens) in params.items():
+                ms = bench_ms(lambda: kernels.psa_attention(q, k, v, grid=grid, params=p, tile=tile, config=config),
+                              rep_ms)
+                row[f"psa_{rho:.2f}"] = dict(density=dens, ms=ms, speedup=t_dense / ms)
+            for rho in (0.10, 0.15):
+                beta = kernels.beta_for_density(rho)
+                ms = bench_ms(lambda: kernels.sol_attention(q, k, v, beta=beta, grid=grid, config=config), rep_ms)
+                row[f"sol_{rho:.2f}"] = dict(ms=ms, speedup=t_dense / ms)
+        except Exception as exc:  # a configuration that fails is recorded, not fatal
+            row["error"] = f"{type(exc).__name__}: {exc}"[:400]
+        results["arch_configs"].append(row)
+        save(results)
+        print("arch", row, flush=True)
 
-
-PSA_ORDERS = ("heaviest", "head")
 
 PSA_SHAPES = {
     # name: (grid, tile), the paper's settings
@@ -329,40 +344,6 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
                   f"first {first_call_s:.1f}s", flush=True)
 
 
-def sweep_psa(results, name, rho, H, D, rep_ms, configs):
-    """Time PSA launch configurations (block_n:warps:stages:mode[:order]) on one shape."""
-    from kernels.layout import tile_layout
-    from kernels.psa_triton import launch_psa_kernel
-
-    grid, tile = PSA_SHAPES[name]
-    L = grid[0] * grid[1] * grid[2]
-    q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=5)
-    params, dens = psa_params_for_density(grid, tile, H, rho)
-    lay = tile_layout(grid, tile, pad=True, device="cuda")
-    blocked = [lay.to_blocks(x, dim=1) for x in (q, k, v)]
-    scale = 1 / math.sqrt(D)
-    t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
-    for block_n, warps, stages, mode, *order in configs:
-        # mode: 0 pre-permuted inputs, 1 slot map, 2 slot map + TMA boxes for whole tiles;
-        # order: 0 heaviest (head, block) first, 1 head by head (kernels/psa_triton.py)
-        order = PSA_ORDERS[order[0] if order else 1]
-        args = (q, k, v) if mode else blocked
-        row = dict(shape=name, target_density=rho, density=dens, block_n=block_n, num_warps=warps,
-                   num_stages=stages, mode=["pre-permuted", "slot map", "slot map + TMA"][mode], order=order,
-                   cudnn_ms=t_dense)
-        try:
-            fn = lambda: launch_psa_kernel(*args, grid, params, tile, 0, scale=scale, block_n=block_n,  # noqa: E731
-                                           num_warps=warps, num_stages=stages, gather=mode > 0, tma=mode == 2,
-                                           order=order)
-            row["psa_kernel_ms"] = bench_ms(fn, rep_ms)
-            row["speedup"] = t_dense / row["psa_kernel_ms"]
-        except Exception as exc:  # a configuration that does not compile or fit is recorded, not fatal
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        results["sweep"].append(row)
-        save(results)
-        print("sweep psa", {k_: (round(v_, 3) if isinstance(v_, float) else v_) for k_, v_ in row.items()}, flush=True)
-
-
 def bench_dense_ceiling(results, H, D, rep_ms):
     """Per-block efficiency with every block visited (80,640 tokens, 21x48x80, no padding):
     cuDNN; FlexAttention without a mask (Triton's generated dense kernel in this stack); our
@@ -371,7 +352,6 @@ def bench_dense_ceiling(results, H, D, rep_ms):
     The ratio of each to cuDNN bounds what a block-sparse kernel of the same loop can reach per
     block."""
     from benchmarks.dense_ws_probe import VARIANTS as DENSE_PROBES, dense_attention, kernel_facts
-    from kernels.psa_triton import launch_psa_kernel
     from torch.nn.attention.flex_attention import flex_attention
 
     grid, tile = PSA_SHAPES["wan720p_unpadded"]
@@ -383,15 +363,12 @@ def bench_dense_ceiling(results, H, D, rep_ms):
     row = dict(L=L, heads=H, head_dim=D, cudnn_ms=t_dense)
     nT, nH, nW = (g // t for g, t in zip(grid, tile))
     full = torch.tensor([[nT, 0, 0, nH * nW, 0, 0]] * H)
-    n = -(-L // 64)
-    lists = block_lists_from_selection(torch.ones(1, H, n, n, dtype=torch.bool, device="cuda"), L)
-    lens = block_lengths(L, q.device)
-    unused = torch.zeros(1, device="cuda", dtype=q.dtype)
+    rows_layout = kernels.block_layout((L, 1, 1), (64, 1, 1), 0, "cuda")
+    n = rows_layout.n_blocks
+    every_block = mask_from_dense(torch.ones(1, H, n, n, dtype=torch.bool), rows_layout, block_m=64)
     variants = {
-        "psa_full_mask": lambda: launch_psa_kernel(q, k, v, grid, full, tile, 0, scale=scale),
-        "sol_loop_all_blocks": lambda: launch_sol_kernel(
-            q, k, v, unused, unused, unused.float(), unused.to(torch.int8), lens, scale=scale, keep_diagonal=False,
-            route=False, correction=False, block_lists=lists)[0],
+        "psa_full_mask": lambda: kernels.psa_attention(q, k, v, grid=grid, params=full, tile=tile),
+        "sol_loop_all_blocks": lambda: block_sparse_attention(q, k, v, every_block, scale=scale),
     }
     flex = torch.compile(flex_attention, dynamic=False)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
@@ -421,9 +398,10 @@ def bench_dense_ceiling(results, H, D, rep_ms):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="JSON file to write")
-    ap.add_argument("--sol-seqs", default="16384,32768,75600,131072")
-    ap.add_argument("--densities", default="0.05,0.10,0.15,0.20")
-    ap.add_argument("--flex-seqs", default="75600", help="sequence lengths that also time FlexAttention ('' for none)")
+    ap.add_argument("--sol-seqs", default="75600,131072")
+    ap.add_argument("--densities", default="0.05,0.10,0.15,0.20,0.25")
+    ap.add_argument("--tilings", default="rowmajor,auto,2:4:8,4:4:4,2:8:4",
+                    help="Sol blocks: rowmajor, auto (sol_tile_for_grid) or bt:bh:bw, comma separated")
     ap.add_argument("--heads", type=int, default=40)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--rep-ms", type=int, default=400)
@@ -431,34 +409,25 @@ def main():
     ap.add_argument("--psa-shapes", default="wan720p,wan720p_unpadded,hunyuan768p")
     ap.add_argument("--psa-densities", default="0.15,0.40")
     ap.add_argument("--no-flex", action="store_true")
-    ap.add_argument("--psa-sweep", default="", help="PSA configs block_n:warps:stages:mode[:order],... on wan720p "
-                    "(mode 0 pre-permuted, 1 slot map, 2 slot map + TMA; order 0 heaviest first, 1 head by head)")
+    ap.add_argument("--archs", default="", help="architecture configurations to force and time, e.g. 8.0,8.6,9.0")
     ap.add_argument("--ceiling", action="store_true", help="also time the kernels with every block visited")
-    ap.add_argument("--sweep", default="", help="Sol launch configs warps:stages:per_sm:tma[:chunk],... timed at "
-                    "75,600 tokens (chunk: pooled keys per routing step)")
     args = ap.parse_args()
-    ints = lambda s: [int(x) for x in s.split(",") if x]  # noqa: E731
     global OUT_PATH
     OUT_PATH = args.out
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   python=platform.python_version(), checks=[], sol=[], sweep=[], psa=[])
+                   python=platform.python_version(), checks=[], sol=[], psa=[], arch_configs=[])
     if not args.skip_checks:
         check_sol(results)
         check_psa(results)
+    if args.archs:
+        archs = [tuple(int(x) for x in a.split(".")) for a in args.archs.split(",")]
+        bench_arch_configs(results, args.heads, args.head_dim, args.rep_ms, archs)
     if args.ceiling:
         bench_dense_ceiling(results, args.heads, args.head_dim, args.rep_ms)
-    if args.psa_sweep:
-        configs = [tuple(int(x) for x in c.split(":")) for c in args.psa_sweep.split(",")]
-        for rho in (0.15, 0.40):
-            sweep_psa(results, "wan720p", rho, args.heads, args.head_dim, args.rep_ms, configs)
-    if args.sweep:
-        configs = [tuple(int(x) for x in c.split(":")) for c in args.sweep.split(",")]
-        for rho in (0.10, 0.15):
-            sweep_sol(results, 75600, rho, args.heads, args.head_dim, args.rep_ms, configs)
-    bench_sol(results, ints(args.sol_seqs), [float(x) for x in args.densities.split(",")], args.heads,
-              args.head_dim, args.rep_ms, [] if args.no_flex else ints(args.flex_seqs))
+    bench_sol(results, [int(x) for x in args.sol_seqs.split(",") if x], [float(x) for x in args.densities.split(",")],
+              [t for t in args.tilings.split(",") if t], args.heads, args.head_dim, args.rep_ms)
     bench_psa(results, [x for x in args.psa_shapes.split(",") if x], [float(x) for x in args.psa_densities.split(",")],
               args.heads, args.head_dim, args.rep_ms, not args.no_flex)
     save(results)

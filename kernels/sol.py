@@ -57,15 +57,23 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     per_head = scratch_bytes_per_head(B, layout, D, q.element_size())
     exact_blocks = []
     for h0, h1 in head_groups(H, per_head, out.numel() * out.element_size()):
-        q_mean, k_mean, v_mean = pool_blocks(q, k, v, layout, h0, h1 - h0)
-        tau = block_thresholds(q_mean, k_mean, beta[h0:h1], estimator, scale)
-        mask = route(q_mean, k_mean, tau, forced, layout, scale=scale, keep_diagonal=keep_diagonal)
-        del q_mean, tau
-        block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=h0, config=config,
-                               pooled=pooled_term(k_mean, v_mean, layout) if correction else None)
+        # One group's scratch is freed before the next group's is allocated.
+        counts = _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, estimator=estimator, scale=scale,
+                            keep_diagonal=keep_diagonal, correction=correction, config=config)
         if return_stats:
-            exact_blocks.append(mask.counts.sum(-1))
+            exact_blocks.append(counts.sum(-1))
     if return_stats:
         exact = torch.cat(exact_blocks, dim=1)
         return out, {"density": exact.float().mean(-1) / layout.n_blocks, "exact_blocks": exact}
     return out
+
+
+def _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, *, estimator, scale, keep_diagonal, correction, config):
+    """Heads h0 .. h1 of the output; returns their exact-block counts (B, h1 - h0, N, 2)."""
+    q_mean, k_mean, v_mean = pool_blocks(q, k, v, layout, h0, h1 - h0)
+    tau = block_thresholds(q_mean, k_mean, beta[h0:h1], estimator, scale)
+    mask = route(q_mean, k_mean, tau, forced, layout, scale=scale, keep_diagonal=keep_diagonal)
+    del q_mean, tau
+    block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=h0, config=config,
+                           pooled=pooled_term(k_mean, v_mean, layout) if correction else None)
+    return mask.counts

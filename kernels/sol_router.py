@@ -155,10 +155,12 @@ def pooled_term(k_mean, v_mean, layout: BlockLayout) -> PooledBlocks:
 
 
 def scratch_bytes_per_head(batch: int, layout: BlockLayout, head_dim: int, itemsize: int) -> int:
-    """Device memory one head of one call needs besides its output: pooled means (float32 while
-    they are rounded, then the input dtype), τ, counts, id lists and bitmap."""
+    """Device memory one head of one call needs besides its output, at its peak: while pooling,
+    the float32 means and their rounded copies; while routing, the rounded means, τ, counts,
+    the id lists and the bitmap."""
     n = layout.n_blocks
     id_bytes = 2 if n < 2**15 else 4
-    per_batch = (3 * n * head_dim * (4 + itemsize) + 4 * n + 8 * n + id_bytes * n * n
-                 + 8 * n * math.ceil(n / ROUTE_CHUNK))
-    return batch * per_batch
+    means = 3 * n * head_dim * itemsize
+    pooling = means + 3 * n * head_dim * 4
+    routing = means + 12 * n + id_bytes * n * n + 8 * n * math.ceil(n / ROUTE_CHUNK)
+    return batch * max(pooling, routing)

@@ -22,6 +22,7 @@ Definitions (one head, scale s, N blocks, block j holds len_j real tokens):
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 
@@ -74,7 +75,13 @@ def sol_layout(seq_len: int, grid=None, tile=None, device="cpu") -> BlockLayout:
 
 def forced_key_blocks(layout: BlockLayout, sinks) -> torch.Tensor:
     """Bool (N,) on the layout's device: key blocks always exact, the extra blocks and, for a
-    row-major layout, the blocks overlapping any ``sinks`` token range."""
+    row-major layout, the blocks overlapping any ``sinks`` token range. Cached (and read-only):
+    a call makes no host-to-device copy, so it can be captured in a CUDA graph."""
+    return _cached_forced(layout, tuple(tuple(r) for r in sinks))
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_forced(layout: BlockLayout, sinks: tuple) -> torch.Tensor:
     forced = torch.zeros(layout.n_blocks, dtype=torch.bool)
     forced[layout.n_grid_blocks:] = True
     for start, end in sinks:

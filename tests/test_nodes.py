@@ -70,7 +70,7 @@ def test_nodes_registered_with_tooltips(comfy, pack):
             assert item.tooltip, f"{schema.node_id}.{item.id} has no tooltip"
     ids = [i.id for i in pack.node_patch.SparseAttentionPatch.define_schema().inputs]
     assert ids == ["model", "method", "beta", "target_sparsity", "estimator", "warmup",
-                   "final_dense", "dense_blocks", "min_tokens", "reorder", "backend", "preset",
+                   "final_dense", "dense_blocks", "min_tokens", "sol_tile", "backend", "preset",
                    "preset_grid"]
 
 
@@ -86,7 +86,8 @@ def test_nodes_registered_with_tooltips(comfy, pack):
     ({"dense_blocks": "5"}, "dense_blocks"),     # out of range for 3 blocks
     ({"dense_blocks": "2-1"}, "dense_blocks"),
     ({"min_tokens": -1}, "min_tokens"),
-    ({"reorder": "1,2"}, "reorder"),
+    ({"sol_tile": "1,2"}, "sol_tile"),
+    ({"sol_tile": "1,4,4"}, "sol_tile"),         # 16 tokens, not a 64-token block
     ({"backend": "cuda"}, "backend"),
     ({"method": "psa"}, "preset"),               # psa without a preset
     ({"preset_grid": "stretch"}, "preset_grid"),

@@ -266,3 +266,51 @@ def test_kernel_matches_reference_on_3d_tiles(B, grid, tile, extra, H, D, dtype,
     assert per_block_rel_err(out, ref, sol_layout(L, grid, tile)) < (5e-3 if dtype == torch.float16 else 3e-2)
     assert torch.equal(stats["exact_blocks"], ref_stats["exact_blocks"])
     torch.testing.assert_close(stats["density"], ref_stats["density"])
+
+
+def test_heads_run_in_groups_within_the_scratch_budget(monkeypatch):
+    """A tight budget splits the heads into groups; every group writes its heads of the same
+    output, which equals the one-group result."""
+    import kernels.sol as sol
+
+    grid = (2, 8, 16)
+    q, k, v = qkv(2, 256 + 20, 5, 64, torch.float16, seed=41)
+    whole, st_whole = kernels.sol_attention(q, k, v, beta=0.7, grid=grid, return_stats=True)
+    calls = []
+    real = sol._sol_heads
+    monkeypatch.setattr(sol, "SCRATCH_FLOOR", 0)
+    monkeypatch.setattr(sol, "SCRATCH_SHARE", 1e-9)  # one head per group
+    monkeypatch.setattr(sol, "_sol_heads", lambda *a, **kw: calls.append(a[7:9]) or real(*a, **kw))
+    split, st_split = kernels.sol_attention(q, k, v, beta=0.7, grid=grid, return_stats=True)
+    assert calls == [(h, h + 1) for h in range(5)]
+    torch.testing.assert_close(split, whole)
+    assert torch.equal(st_split["exact_blocks"], st_whole["exact_blocks"])
+    assert sol.head_groups(40, 10, 1000) == [(h, h + 1) for h in range(40)]
+    assert sol.head_groups(40, 1, 10**12) == [(0, 40)]
+
+
+def test_every_launch_runs_on_the_inputs_device(monkeypatch):
+    """Triton launches on the current CUDA device; a model on cuda:1 needs each launch under a
+    device guard for its tensors' device (checked here by recording the guards)."""
+    import kernels.block_sparse as block_sparse
+    import kernels.sol_router as sol_router
+
+    seen = []
+    real = block_sparse.device_guard
+
+    def recording(t):
+        seen.append(t.device)
+        return real(t)
+
+    monkeypatch.setattr(block_sparse, "device_guard", recording)
+    monkeypatch.setattr(sol_router, "device_guard", recording)
+    q, k, v = qkv(1, 130, 1, 64, torch.float16, seed=4)
+    kernels.sol_attention(q, k, v, beta=1.0)
+    kernels.psa_attention(q, k, v, grid=(2, 5, 13), params=[[1, 0, 0, 1, 0, 0]], tile=(1, 4, 4))
+    assert len(seen) == 4 and all(d == q.device for d in seen)  # pool, route, engine; engine
+    assert type(real(q)).__name__ == "nullcontext"
+    if not torch.cuda.is_available():
+        import types
+
+        fake = types.SimpleNamespace(is_cuda=True, device=torch.device("cuda", 1))
+        assert real(fake).idx == 1
