@@ -19,7 +19,7 @@ STAMP := $(VENV)/.svattn-env-$(ENV_ID)
 
 PYTEST_ARGS ?=
 
-.PHONY: env test demo comfyui-path clean-env test-tools ui-test-deps comfy-cli
+.PHONY: env test demo comfyui-path clean-env test-tools ui-test-deps comfy-cli triton36
 
 env: $(STAMP)
 
@@ -39,7 +39,17 @@ $(STAMP):
 comfyui-path: $(STAMP)
 	@$(PY) tools/comfyui_env.py path
 
-test: $(STAMP)
+# Triton 3.6 (torch 2.11's) for tests/test_compile_kernels.py, unpacked beside the venv's 3.8.
+TRITON36_DIR := .cache/triton-3.6.0
+triton36: $(TRITON36_DIR)/triton/__init__.py
+
+$(TRITON36_DIR)/triton/__init__.py: $(STAMP)
+	rm -rf $(TRITON36_DIR) && mkdir -p $(TRITON36_DIR)/wheel
+	$(PIP) download --quiet --no-deps --only-binary=:all: triton==3.6.0 -d $(TRITON36_DIR)/wheel
+	cd $(TRITON36_DIR) && $(abspath $(PY)) -m zipfile -e wheel/triton-3.6.0-*.whl .
+	rm -rf $(TRITON36_DIR)/wheel
+
+test: $(STAMP) triton36
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 clean-env:

@@ -10,6 +10,7 @@ memory poisoned (NaN) beforehand so unwritten elements show.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -139,7 +140,7 @@ def sol_pieces(q, k, v, beta, grid, tile):
     return layout, routing, scale
 
 
-def bench_sol(results, seqs, densities, tilings, H, D, rep_ms):
+def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=()):
     """Per sequence, tiling (``rowmajor``, ``auto`` or ``bt:bh:bw``) and density: the whole call
     with and without the pooled term, the engine fed the same mask (the "lists" baseline), the
     routing alone, memory, and fidelity against cuDNN on these random inputs."""
@@ -172,6 +173,11 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms):
                 t_lists = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale), rep_ms)
                 t_lists_pooled = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled),
                                           rep_ms)
+                pool_variants = {}  # the pooled term in other step sizes (LaunchConfig.pool_chunk)
+                for chunk in pool_chunks:
+                    cfg = dataclasses.replace(ARCHITECTURES[(9, 0)], pool_chunk=chunk)
+                    pool_variants[str(chunk)] = bench_ms(
+                        lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=cfg), rep_ms)
                 plain_out = kernels.sol_attention(q, k, v, correction=False, **kw)
                 mask = pooled = None  # free the scratch before the next row
                 n_keep = max(64, int(round(density * L)))
@@ -183,6 +189,7 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms):
                            precomputed_mask_ms=t_lists, precomputed_mask_with_pooled_term_ms=t_lists_pooled,
                            routing_ms=t_route, routing_and_correction_overhead=t_sol / t_lists - 1,
                            correction_share=t_lists_pooled / t_lists - 1,
+                           precomputed_mask_with_pooled_term_ms_by_chunk=pool_variants,
                            ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal,
                            rel_l2_vs_dense=rel_l2(out, ref), row_cosine_vs_dense=row_cosine(out, ref),
                            rel_l2_vs_dense_without_correction=rel_l2(plain_out, ref),
@@ -409,6 +416,7 @@ def main():
     ap.add_argument("--psa-shapes", default="wan720p,wan720p_unpadded,hunyuan768p")
     ap.add_argument("--psa-densities", default="0.15,0.40")
     ap.add_argument("--no-flex", action="store_true")
+    ap.add_argument("--pool-chunks", default="", help="also time Sol's pooled term with these chunks, e.g. 128")
     ap.add_argument("--archs", default="", help="architecture configurations to force and time, e.g. 8.0,8.6,9.0")
     ap.add_argument("--ceiling", action="store_true", help="also time the kernels with every block visited")
     args = ap.parse_args()
@@ -427,7 +435,8 @@ def main():
     if args.ceiling:
         bench_dense_ceiling(results, args.heads, args.head_dim, args.rep_ms)
     bench_sol(results, [int(x) for x in args.sol_seqs.split(",") if x], [float(x) for x in args.densities.split(",")],
-              [t for t in args.tilings.split(",") if t], args.heads, args.head_dim, args.rep_ms)
+              [t for t in args.tilings.split(",") if t], args.heads, args.head_dim, args.rep_ms,
+              [int(x) for x in args.pool_chunks.split(",") if x])
     bench_psa(results, [x for x in args.psa_shapes.split(",") if x], [float(x) for x in args.psa_densities.split(",")],
               args.heads, args.head_dim, args.rep_ms, not args.no_flex)
     save(results)

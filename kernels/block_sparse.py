@@ -68,7 +68,7 @@ def _block_sparse_kernel(
     DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
     TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
-    GRID_PADDED: tl.constexpr, POOLED: tl.constexpr,
+    GRID_PADDED: tl.constexpr, POOLED: tl.constexpr, POOL_CHUNK: tl.constexpr,
 ):
     work = tl.load(WORK + tl.program_id(0))
     hq = work // tiles_per_block
@@ -100,7 +100,7 @@ def _block_sparse_kernel(
         pool_off = (b64 * group_heads + hq // num_blocks) * num_blocks * HEAD_DIM
         acc, l_i, m_i = attend_pooled_blocks(
             acc, l_i, m_i, q, K_POOL + pool_off, V_POOL + pool_off, LOG2_LEN,
-            ROUTED_BITS + list_row * bits_stride, num_blocks, qk_scale_log2, HEAD_DIM, DOT_DTYPE)
+            ROUTED_BITS + list_row * bits_stride, num_blocks, qk_scale_log2, HEAD_DIM, POOL_CHUNK, DOT_DTYPE)
     if TMA:
         k_b, k_col = tma_box_origin(b, h, num_heads, HEAD_DIM, K_HEADS_IN_COLUMNS)
         v_b, v_col = tma_box_origin(b, h, num_heads, HEAD_DIM, V_HEADS_IN_COLUMNS)
@@ -174,6 +174,7 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
             V_HEADS_IN_COLUMNS=bool(descs and descs[1][1]),
             TILE_T=lay.tile[0], TILE_H=lay.tile[1], TILE_W=lay.tile[2], SUB_T=sub_frames or 1,
             GRID_PADDED=lay.padded or bt % block_n != 0, POOLED=pooled is not None,
+            POOL_CHUNK=config.pool_chunk,
             num_warps=config.psa_warps if mask.block_m > 64 else config.sol_warps,
             num_stages=config.num_stages,
         )

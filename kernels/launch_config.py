@@ -31,7 +31,8 @@ class LaunchConfig:
     ``tma``: grid blocks through TMA boxes (else the pointer loop); ``num_stages``:
     software-pipelining depth of the key loop; ``sol_warps``/``psa_warps``: warps per program
     (Sol: 64-row query tiles, PSA: up to 128-row tiles); ``psa_block_n``: PSA key rows per
-    inner step of the pointer loop; ``reason``: why, in a sentence (logged).
+    inner step of the pointer loop; ``pool_chunk``: pooled blocks per step of Sol's pooled
+    term; ``reason``: why, in a sentence (logged).
     """
 
     name: str
@@ -42,6 +43,7 @@ class LaunchConfig:
     psa_warps: int
     psa_block_n: int
     reason: str
+    pool_chunk: int = 64
 
     def describe(self) -> str:
         return (f"{self.name} (sm_{self.capability[0]}{self.capability[1]}): "

@@ -150,12 +150,11 @@ def attend_tma_boxes(
 def attend_pooled_blocks(
     acc, l_i, m_i, q,
     k_pool, v_pool, log2_len, routed_bits, num_blocks, qk_scale_log2,
-    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):
-    """Sol-Attn's pooled term: every key block whose bit in ``routed_bits`` is clear enters as
-    one column (``k_pool``/``v_pool``: this (batch, head)'s (NB, D) pooled keys and mean
-    values; ``log2_len``: log2 of the blocks' lengths). Chunks of 64 blocks, one bitmap word each."""
-    CHUNK: tl.constexpr = 64
+    """Sol-Attn's pooled term: every key block whose bit in ``routed_bits`` (bit j % 64 of word
+    j // 64) is clear enters as one column (``k_pool``/``v_pool``: this (batch, head)'s (NB, D)
+    pooled keys and mean values; ``log2_len``: log2 of the blocks' lengths), CHUNK blocks a step."""
     offs_c = tl.arange(0, CHUNK)
     offs_d = tl.arange(0, HEAD_DIM)
     for c0 in range(0, num_blocks, CHUNK):
@@ -163,8 +162,8 @@ def attend_pooled_blocks(
         col_ok = cols < num_blocks
         kp = tl.load(k_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
         vp = tl.load(v_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
-        word = tl.load(routed_bits + c0 // CHUNK)
-        routed = ((word >> offs_c.to(tl.int64)) & 1) != 0
+        words = tl.load(routed_bits + cols // 64, mask=col_ok, other=0)
+        routed = ((words >> (cols % 64).to(tl.int64)) & 1) != 0
         bias = tl.load(log2_len + cols, mask=col_ok & (routed == 0), other=float("-inf"))
         s = tl.dot(q, tl.trans(kp.to(DOT_DTYPE))) * qk_scale_log2 + bias[None, :]
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, vp, DOT_DTYPE)
