@@ -33,6 +33,7 @@ from .tile_loop import (
     attend_listed_blocks,
     dot_dtype_for,
     grid_descriptors,
+    head_offset,
     row_offset_dtype,
     tma_box_origin,
 )
@@ -68,13 +69,13 @@ def _psa_kernel(
     rows = (qblk * BLOCK_TOKENS + local).to(OFFSET_DTYPE)
     if GATHER:
         rows = tl.load(ROW_MAP + rows, mask=row_ok, other=0).to(OFFSET_DTYPE)
-    q = tl.load(Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
+    q = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
-    k_base = K + b.to(tl.int64) * stride_kb + h * stride_kh
-    v_base = V + b.to(tl.int64) * stride_vb + h * stride_vh
+    k_base = K + head_offset(b, h, stride_kb, stride_kh)
+    v_base = V + head_offset(b, h, stride_vb, stride_vh)
     ids = LIST_IDS + hq.to(tl.int64) * list_stride
     n_full = tl.load(LIST_COUNTS + hq * 3)
     n_padded = tl.load(LIST_COUNTS + hq * 3 + 1)
@@ -103,7 +104,7 @@ def _psa_kernel(
         acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, short_ids, n_short, BLOCK_LEN, ROW_MAP,
         qk_scale_log2, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, True, DOT_DTYPE, GATHER, OFFSET_DTYPE)
     out = acc / l_i[:, None]
-    tl.store(O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
+    tl.store(O + head_offset(b, h, stride_ob, stride_oh) + rows[:, None] * stride_on + offs_d[None, :],
              out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 

@@ -25,6 +25,7 @@ from .tile_loop import (
     attend_listed_blocks,
     dot_dtype_for,
     grid_descriptors,
+    head_offset,
     row_offset_dtype,
     softmax_update,
 )
@@ -64,13 +65,13 @@ def _sol_kernel(
         b = bh // num_heads
         rows = qblk * BLOCK_M + offs_m
         row_ok = rows < seq_len
-        q_ptrs = Q + b.to(tl.int64) * stride_qb + h * stride_qh + rows[:, None].to(OFFSET_DTYPE) * stride_qn + offs_d[None, :]
+        q_ptrs = Q + head_offset(b, h, stride_qb, stride_qh) + rows[:, None].to(OFFSET_DTYPE) * stride_qn + offs_d[None, :]
         q = tl.load(q_ptrs, mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
         acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
         l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
         m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
-        k_base = K + b.to(tl.int64) * stride_kb + h * stride_kh
-        v_base = V + b.to(tl.int64) * stride_vb + h * stride_vh
+        k_base = K + head_offset(b, h, stride_kb, stride_kh)
+        v_base = V + head_offset(b, h, stride_vb, stride_vh)
         if ROUTE:
             # The previous item's exact pass may still read the staging row.
             tl.debug_barrier()
@@ -133,7 +134,7 @@ def _sol_kernel(
         tl.store(COUNTS + item, n_full + n_tail)
         l_safe = tl.where(l_i > 0, l_i, 1.0)
         out = acc / l_safe[:, None]
-        o_ptrs = O + b.to(tl.int64) * stride_ob + h * stride_oh + rows[:, None].to(OFFSET_DTYPE) * stride_on + offs_d[None, :]
+        o_ptrs = O + head_offset(b, h, stride_ob, stride_oh) + rows[:, None].to(OFFSET_DTYPE) * stride_on + offs_d[None, :]
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 

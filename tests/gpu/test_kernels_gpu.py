@@ -55,3 +55,43 @@ def test_psa_full_size(grid, tile, extra, layout):
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     assert torch.isfinite(out).all()
     assert rel_err(out, ref) < 2e-2
+
+
+# HunyuanVideo heads-first storage (B, H, L, D) seen as (B, L, H, D), with (H - 1)·L·D past 2^31:
+# the last head's base offset needs 64 bits (issue 11, item 9). 33 x 64 x 128 = 270,336 tokens.
+BIG_L, BIG_H, BIG_D, BIG_GRID = 270_336, 64, 128, (33, 64, 128)
+BIG_BYTES = 5 * BIG_L * BIG_H * BIG_D * 2 + (8 << 30)   # q, k, v, two outputs, reference work
+
+
+def big_heads_first_qkv():
+    assert BIG_GRID[0] * BIG_GRID[1] * BIG_GRID[2] == BIG_L and (BIG_H - 1) * BIG_L * BIG_D >= 2**31
+    if torch.cuda.mem_get_info()[0] < BIG_BYTES:
+        pytest.skip(f"needs {BIG_BYTES / 2**30:.0f} GiB of free GPU memory")
+    g = torch.Generator(device="cuda").manual_seed(63)
+    # generated heads first: no (B, L, H, D) copy is ever made
+    return [torch.randn(1, BIG_H, BIG_L, BIG_D, device="cuda", dtype=torch.bfloat16, generator=g).transpose(1, 2)
+            for _ in range(3)]
+
+
+def last_head(*tensors):
+    return [x[:, :, -1:] for x in tensors]
+
+
+def test_sol_last_head_past_2_to_the_31():
+    q, k, v = big_heads_first_qkv()
+    assert q.stride(2) * (BIG_H - 1) >= 2**31
+    out, st = kernels.sol_attention(q, k, v, beta=1.5, return_stats=True)
+    ref, rst = kernels.sol_attention_reference(*last_head(q, k, v), beta=1.5, return_stats=True)
+    assert torch.isfinite(out[:, :, -1]).all()
+    assert rel_err(out[:, :, -1:], ref) < 2e-2
+    assert abs(float(st["density"][0, -1]) - float(rst["density"][0, 0])) < 1e-3
+
+
+def test_psa_last_head_past_2_to_the_31():
+    q, k, v = big_heads_first_qkv()
+    params = torch.tensor([[2, 0, 0, 3, 0, 0]] * (BIG_H - 1) + [[1, 1, 3, 2, 0, 10]])
+    out = kernels.psa_attention(q, k, v, grid=BIG_GRID, params=params, tile=(3, 8, 16))
+    ref = kernels.psa_attention_reference(*last_head(q, k, v), grid=BIG_GRID, params=params[-1:], tile=(3, 8, 16),
+                                          query_chunk=2048)
+    assert torch.isfinite(out[:, :, -1]).all()
+    assert rel_err(out[:, :, -1:], ref) < 2e-2
