@@ -183,10 +183,10 @@ def sweep_sol(results, L, rho, H, D, rep_ms, configs):
     from kernels.sol_routing import block_thresholds, forced_key_blocks, pooled_blocks
 
     scale = 1 / math.sqrt(D)
-    q_mean, k_mean32, k_mean, v_sum, lens = pooled_blocks(q, k, v)
+    q_mean, k_mean32, k_mean, v_mean, lens = pooled_blocks(q, k, v)
     tau = block_thresholds(q_mean, k_mean32, torch.full((H,), beta, device="cuda"), "exact", scale).contiguous()
     forced = forced_key_blocks([], L, q.device).to(torch.int8)
-    k_mean, v_sum = k_mean.contiguous(), v_sum.contiguous()
+    k_mean, v_mean = k_mean.contiguous(), v_mean.contiguous()
     lists = block_lists_from_selection(kernels.sol_block_selection(q, k, v, beta=beta), L)
     t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
     t_prep = bench_ms(lambda: block_thresholds(*pooled_blocks(q, k, v)[:2], torch.full((H,), beta, device="cuda"),
@@ -196,15 +196,15 @@ def sweep_sol(results, L, rho, H, D, rep_ms, configs):
         row = dict(L=L, target_density=rho, num_warps=warps, num_stages=stages, programs_per_sm=per_sm,
                    tma=bool(tma), chunk=chunk, cudnn_ms=t_dense, prep_ms=t_prep)
         try:
-            fused = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
+            fused = lambda: launch_sol_kernel(q, k, v, k_mean, v_mean, tau, forced, lens, scale=scale,  # noqa: E731
                                               keep_diagonal=False, num_warps=warps, num_stages=stages,
                                               programs_per_sm=per_sm, tma=bool(tma), chunk=chunk)
-            plain = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
+            plain = lambda: launch_sol_kernel(q, k, v, k_mean, v_mean, tau, forced, lens, scale=scale,  # noqa: E731
                                               keep_diagonal=False, route=False, correction=False,
                                               block_lists=lists, num_warps=warps, num_stages=stages,
                                               programs_per_sm=per_sm, tma=bool(tma))
             # The routing pass without the correction: what picking and staging cost alone.
-            route_only = lambda: launch_sol_kernel(q, k, v, k_mean, v_sum, tau, forced, lens, scale=scale,  # noqa: E731
+            route_only = lambda: launch_sol_kernel(q, k, v, k_mean, v_mean, tau, forced, lens, scale=scale,  # noqa: E731
                                                    keep_diagonal=False, correction=False, num_warps=warps,
                                                    num_stages=stages, programs_per_sm=per_sm, tma=bool(tma),
                                                    chunk=chunk)

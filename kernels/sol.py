@@ -43,11 +43,11 @@ def _sol_attention_kernel(
     sinks = check_token_ranges(sinks, L)
     beta = per_head_beta(beta, H, q.device)
     q, k, v = (unit_stride_last_dim(t) for t in (q, k, v))
-    q_mean, k_mean32, k_mean, v_sum, lens = pooled_blocks(q, k, v)
+    q_mean, k_mean32, k_mean, v_mean, lens = pooled_blocks(q, k, v)
     tau = block_thresholds(q_mean, k_mean32, beta, estimator, scale).contiguous()
     forced = forced_key_blocks(sinks, L, q.device).to(torch.int8)
     out, counts = launch_sol_kernel(
-        q, k, v, k_mean.contiguous(), v_sum.contiguous(), tau, forced, lens,
+        q, k, v, k_mean.contiguous(), v_mean.contiguous(), tau, forced, lens,
         scale=scale, keep_diagonal=keep_diagonal,
     )
     if return_stats:

@@ -4,7 +4,10 @@ Everything here is O(L·d + N·d²) per head: block pooling and the per-query-bl
 τ_i = μ_i + β·σ_i of the paper's eq. (4)–(5). Nothing of size N×N is formed.
 
 Definitions (one head, scale s, N = ceil(L / 64) blocks, block j holds len_j tokens):
-- Q̄_i, K̄_j: means of the block's real tokens; V̂_j: sum of the block's values.
+- Q̄_i, K̄_j, V̄_j: means of the block's real tokens. The paper's summed values are
+  V̂_j = len_j · V̄_j; the mean is what is stored because a 64-token sum of fp16 values
+  overflows fp16 (values around 1500 already do), and the pooled term weights it by len_j
+  (the math is the same).
 - proxy score ŝ_ij = s · Q̄_i · K̄_jᵀ.
 - μ_i = s · Q̄_i · m,  m = (1/N) Σ_j K̄_j  (every block weighs the same, tail block too).
 - exact estimator:    σ_i² = s² · Q̄_i C Q̄_iᵀ,  C = (1/N) Σ_j (K̄_j − m)(K̄_j − m)ᵀ.
@@ -12,7 +15,10 @@ Definitions (one head, scale s, N = ceil(L / 64) blocks, block j holds len_j tok
 - β = −inf selects every block, β = +inf none (before sinks and the diagonal are forced).
 - A sequence of a single block is always exact: its one proxy score equals μ and σ = 0, so
   the comparison would be decided by rounding alone.
-The pooled keys and summed values are rounded to the input dtype before use, because the
+- A block is exact when ``not (ŝ_ij <= τ_i)``: a comparison that cannot be decided (ŝ or τ
+  NaN, from a NaN or inf in q or k) makes the block exact, so such a query block is plain
+  dense attention, NaN exactly where dense attention gives NaN, never a finite pooled guess.
+The pooled keys and mean values are rounded to the input dtype before use, because the
 kernel multiplies them on the tensor cores in that dtype; the reference does the same so
 both route identically up to float32 summation order.
 """
@@ -54,16 +60,22 @@ def block_sums(x: torch.Tensor, block: int = SOL_BLOCK) -> torch.Tensor:
 
 
 def pooled_blocks(q, k, v, block: int = SOL_BLOCK):
-    """(q̄ float32, k̄ and v̂ rounded to the input dtype, lens) for q/k/v of shape (B, L, H, D).
+    """(q̄ float32, k̄ and v̄ rounded to the input dtype, lens) for q/k/v of shape (B, L, H, D).
 
-    q̄, k̄: block means (B, H, N, D); v̂: block sums (B, H, N, D); lens: float32 (N,).
-    k̄ is also returned in float32 (for the threshold moments).
+    q̄, k̄, v̄: block means (B, H, N, D); lens: float32 (N,). k̄ is also returned in float32
+    (for the threshold moments).
     """
     lens = block_lengths(q.shape[1], q.device, block)
     q_mean = block_sums(q, block) / lens[:, None]
     k_mean32 = block_sums(k, block) / lens[:, None]
-    v_sum = block_sums(v, block).to(v.dtype)
-    return q_mean, k_mean32, k_mean32.to(k.dtype), v_sum, lens
+    v_mean = (block_sums(v, block) / lens[:, None]).to(v.dtype)
+    return q_mean, k_mean32, k_mean32.to(k.dtype), v_mean, lens
+
+
+def exact_blocks(proxy: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Bool: which proxy scores make their block exact against the thresholds ``tau``
+    (broadcast). ``not <=`` rather than ``>``: an undecidable (NaN) comparison is exact."""
+    return ~(proxy <= tau)
 
 
 def block_thresholds(q_mean, k_mean32, beta: torch.Tensor, estimator: str, scale: float) -> torch.Tensor:

@@ -3,8 +3,11 @@
 One persistent program walks work items (batch, head, query block of 64). Per item:
 1. Routing + approximation pass over the pooled keys in chunks of 64: the tile
    S̃ = s·Q_i·K̄ᵀ is computed once; its column means are the proxy scores ŝ_i, compared with
-   τ_i to pick exact blocks; the unpicked columns enter the online softmax with weight
-   exp(S̃)·len_j (denominator) and exp(S̃)·V̂_j (numerator). The picked block indices are
+   τ_i to pick exact blocks (``not ŝ <= τ``: a NaN proxy or τ picks the block, so a query
+   block with NaN routing is plain dense attention, see ``sol_routing``); the unpicked
+   columns enter the online softmax with weight exp(S̃)·len_j (denominator) and
+   exp(S̃)·len_j·V̄_j (numerator; V̄_j the block's mean value, which unlike the sum V̂_j
+   cannot overflow fp16). The picked block indices are
    appended to this program's own small staging row (O(#programs · N) int32 in all, reused
    by every item the program handles; no per-query-block list and no N×N map exist).
 2. Exact pass: the shared tile loop visits the picked blocks (a software-pipelined loop over
@@ -87,7 +90,8 @@ def _sol_kernel(
                              mask=col_ok[:, None], other=0.0)
                 s = tl.dot(q, tl.trans(kp.to(DOT_DTYPE))) * sm_scale
                 proxy = tl.sum(s, 0) / n_valid_rows
-                picked = (proxy > tau) | (tl.load(FORCED + cols, mask=col_ok, other=0) != 0)
+                picked = (proxy <= tau) == 0
+                picked = picked | (tl.load(FORCED + cols, mask=col_ok, other=0) != 0)
                 if KEEP_DIAGONAL:
                     picked = picked | (tl.abs(cols - qblk) <= 1)
                 picked = picked & col_ok
@@ -132,7 +136,8 @@ def _sol_kernel(
                 acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, tail_ids, n_tail, BLOCK_LEN, BLOCK_LEN,
                 qk_scale_log2, BLOCK_M, BLOCK_M, HEAD_DIM, True, DOT_DTYPE, False, OFFSET_DTYPE)
         tl.store(COUNTS + item, n_full + n_tail)
-        l_safe = tl.where(l_i > 0, l_i, 1.0)
+        # Only a row without any term (l = 0) is set to 0 / 1; a NaN stays NaN.
+        l_safe = tl.where(l_i == 0, 1.0, l_i)
         out = acc / l_safe[:, None]
         o_ptrs = O + head_offset(b, h, stride_ob, stride_oh) + rows[:, None].to(OFFSET_DTYPE) * stride_on + offs_d[None, :]
         tl.store(o_ptrs, out.to(O.dtype.element_ty), mask=row_ok[:, None])

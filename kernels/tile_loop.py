@@ -35,17 +35,17 @@ NEG_BIG = tl.constexpr(-1.0e30)
 def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr, col_weight=None, WEIGHTED: tl.constexpr = False):
     """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D) into the state.
 
-    WEIGHTED: column j stands for ``col_weight[j]`` keys sharing one score (Sol's pooled
-    blocks: weight = block length, ``v`` = summed values), so it counts that many times in
-    the denominator.
+    WEIGHTED: column j stands for ``col_weight[j]`` keys sharing one score and one value
+    (Sol's pooled blocks: weight = block length, ``v`` = the block's mean value), so it counts
+    that many times in the denominator and the numerator. The weight goes into p, not into
+    v: a block's value sum can overflow fp16, p·len cannot (p <= 1, len <= 64).
     """
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.math.exp2(m_i - m_new)
     p = tl.math.exp2(s - m_new[:, None])
     if WEIGHTED:
-        l_i = l_i * alpha + tl.sum(p * col_weight[None, :], 1)
-    else:
-        l_i = l_i * alpha + tl.sum(p, 1)
+        p = p * col_weight[None, :]
+    l_i = l_i * alpha + tl.sum(p, 1)
     # The rescaled accumulator goes into the MMA as its C operand: no separate add.
     acc = tl.dot(p.to(P_DTYPE), v.to(P_DTYPE), acc * alpha[:, None])
     return acc, l_i, m_new

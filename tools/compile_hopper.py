@@ -114,14 +114,14 @@ def run_psa(launch, name, grid, tile, extra, dtype, D, layout, params):
 def run_sol(launch, name, L, dtype, D, layout, sinks, keep_diagonal, route):
     H = 2
     q, k, v = qkv(1, L, H, D, dtype, layout)
-    q_mean, k_mean32, k_mean, v_sum, lens = pooled_blocks(q, k, v)
+    q_mean, k_mean32, k_mean, v_mean, lens = pooled_blocks(q, k, v)
     tau = block_thresholds(q_mean, k_mean32, torch.ones(H), "exact", D ** -0.5).contiguous()
     forced = forced_key_blocks([(L - 256, L)] if sinks else [], L, "cpu").to(torch.int8)
     lists = None
     if not route:
         n = lens.shape[0]
         lists = sol_triton.block_lists_from_selection(torch.rand(1, H, n, n) < 0.2, L)
-    sol_triton.launch_sol_kernel(q, k, v, k_mean.contiguous(), v_sum.contiguous(), tau, forced, lens,
+    sol_triton.launch_sol_kernel(q, k, v, k_mean.contiguous(), v_mean.contiguous(), tau, forced, lens,
                                  scale=D ** -0.5, keep_diagonal=keep_diagonal, route=route,
                                  correction=route, block_lists=lists)
     return launch.calls.pop()
