@@ -41,6 +41,9 @@ with a ``UserWarning``: temporal widths/offsets/strides scale by nT'/nT, column 
 column offsets by nW'/nW, spatial strides that are whole rows (k·nW) become k·nW', other
 spatial strides scale by (nH'·nW')/(nH·nW); widths stay >= 1, a stride that reaches the
 axis length becomes ∞, ∞ stays ∞. It is an approximation: a re-search is better.
+
+Files are written by :func:`save_preset` through ``kernels._files.write_file``: never through
+a symbolic link, and replaced atomically.
 """
 from __future__ import annotations
 
@@ -53,6 +56,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ._files import write_file
 from .psa_mask import FIELDS, MAX_PARAM, block_grid_of, check_params
 
 __all__ = [
@@ -392,10 +396,10 @@ def preset_to_json(p: Preset) -> str:
     return text
 
 
-def save_preset(p: Preset, path) -> None:
-    text = preset_to_json(p)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+def save_preset(p: Preset, path, *, overwrite: bool = True) -> None:
+    """Write ``p`` (validated) to ``path``; refuses a symbolic link at ``path`` and, without
+    ``overwrite``, an existing file (ValueError)."""
+    write_file(path, preset_to_json(p).encode("utf-8"), overwrite=overwrite)
 
 
 def resolve_preset_path(name: str, folders) -> str:

@@ -90,6 +90,7 @@ import numpy as np
 import torch
 
 from ._checks import check_qkv, resolve_scale
+from ._files import write_file
 from .layout import check_grid, check_tile, tile_layout
 from .psa_mask import (
     FIELDS, block_grid_of, check_params, format_params, inter_frame_table, intra_frame_table, psa_block_mask,
@@ -326,7 +327,8 @@ class LossTable:
                          list(self.bucket_edges), self.num_heads, settings=dict(self.settings), **out)
 
     def save(self, path) -> None:
-        """safetensors: the arrays as tensors, grid/tile/layers/settings as JSON metadata."""
+        """safetensors: the arrays as tensors, grid/tile/layers/settings as JSON metadata
+        (never written through a symbolic link, see ``kernels._files``)."""
         from safetensors.torch import save_file
 
         tensors = {
@@ -347,7 +349,7 @@ class LossTable:
                 "fields": list(FIELDS), "settings": self.settings,
             }),
         }
-        save_file(tensors, str(path), metadata=meta)
+        write_file(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
     @classmethod
     def load(cls, path) -> "LossTable":
@@ -641,7 +643,8 @@ def estimate_sample_bytes(shape, dtype=torch.bfloat16) -> int:
 
 
 def save_qkv_sample(path, q, k, v, *, layer: int, step: float, grid, extra_tokens: int = 0) -> int:
-    """Write one attention call's q, k, v (B, L, H, D) as safetensors; returns bytes written."""
+    """Write one attention call's q, k, v (B, L, H, D) as safetensors (never through a
+    symbolic link, see ``kernels._files``); returns bytes written."""
     from safetensors.torch import save_file
 
     B, L, H, D = check_qkv(q, k, v, for_kernel=False)
@@ -654,7 +657,7 @@ def save_qkv_sample(path, q, k, v, *, layer: int, step: float, grid, extra_token
                               "extra_tokens": int(extra_tokens)}),
     }
     tensors = {n: t.detach().to("cpu").contiguous() for n, t in (("q", q), ("k", k), ("v", v))}
-    save_file(tensors, str(path), metadata=meta)
+    write_file(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
     return os.path.getsize(path)
 
 
