@@ -119,7 +119,7 @@ SCHEDULE_CACHE_LAYERS = 128
 def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, block_m, block_n, grid_only_full,
                             order, device_str):
     from .layout import tile_layout
-    from .psa_mask import psa_block_mask
+    from .psa_mask import check_mask_size, psa_block_mask
 
     params = torch.frombuffer(bytearray(params_bytes), dtype=torch.int64).reshape(num_heads, 6)
     layout = tile_layout(grid, tile, pad=True)
@@ -127,6 +127,7 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
     nb = layout.n_blocks
     extra_blocks = -(-extra_tokens // block_tokens)
     total = nb + extra_blocks
+    check_mask_size((total,), num_heads, "PSA kernel schedule")
     keep = torch.ones(num_heads, total, total, dtype=torch.bool)
     keep[:, :nb, :nb] = psa_block_mask(grid, params, tile)
     lengths = torch.cat([layout.block_lengths.cpu().to(torch.int32),
@@ -145,8 +146,9 @@ def _cached_kernel_schedule(grid, tile, params_bytes, num_heads, extra_tokens, b
     visits = sum(per_class)
     width = int(visits.max())
     # Class by class, each ascending: sort on (class, index); unvisited blocks sort last.
-    key = torch.where(keep, block_class, 3) * total + torch.arange(total)
-    ids = torch.sort(key, dim=-1).values[..., :width] % total
+    # One head at a time: the sort key is 8 bytes per block pair.
+    ids = torch.stack([torch.sort(torch.where(k, block_class, 3) * total + torch.arange(total), dim=-1)
+                       .values[..., :width] % total for k in keep])
     counts = torch.stack(per_class, dim=-1).to(torch.int32)
     work = _work_order(visits, lengths, block_m, -(-block_tokens // block_m), order)
     # Slot -> token of the caller's sequence; padding slots point at token 0 and are never
