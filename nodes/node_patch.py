@@ -60,7 +60,10 @@ class SparseAttentionPatch(io.ComfyNode):
                 io.String.Input("reorder", default="off",
                                 tooltip="Sol-Attn only: \"off\", or a 3D tile bt,bh,bw in latent "
                                         "tokens (e.g. \"1,4,16\"); tokens are visited tile by "
-                                        "tile so each 64-token block is a compact 3D patch."),
+                                        "tile so each 64-token block is a compact 3D patch. "
+                                        "Each axis at most 256, at most 4096 tokens in all; a "
+                                        "tile that pads the video's grid more than 8x leaves "
+                                        "those calls dense."),
                 io.Combo.Input("backend", options=list(BACKENDS), default="auto",
                                tooltip="auto: Triton kernels on CUDA, dense elsewhere. triton: "
                                        "always the Triton kernels. reference: the float32 "

@@ -333,6 +333,13 @@ def test_family_must_be_known(tmp_path):
         load_preset(tmp_path / "bogus.json")
 
 
+def test_nodes_use_the_kernels_family_list():
+    from kernels.presets import FAMILY_NAMES, KNOWN_FAMILIES
+    assert set(KNOWN_FAMILIES) == {n for names in FAMILY_NAMES.values() for n in names}
+    nodes_presets = open(os.path.join(os.path.dirname(__file__), "..", "nodes", "presets.py")).read()
+    assert '"wan2.1"' not in nodes_presets and "FAMILY_NAMES = kernels_module(\"presets\").FAMILY_NAMES" in nodes_presets
+
+
 def test_a_5000_digit_integer_names_its_field():
     text = re.sub(r'"params":\[\[\[\[-?[0-9]+', '"params":[[[[' + "9" * 5000, preset_to_json(make_preset()), count=1)
     with pytest.raises(ValueError) as e:
