@@ -66,33 +66,27 @@ MAX_TILE_TOKENS = 4096
 MAX_PADDING_FACTOR = 8
 
 
-def _check_triple(value, name: str, maximum: int) -> tuple[int, int, int]:
+def _check_triple(value, name: str, max_axis: int, max_tokens: int, kind: str) -> tuple[int, int, int]:
     try:
         items = tuple(value)
     except TypeError:
         raise ValueError(f"{name} must be three positive integers (t, h, w), got {shown(value)}") from None
     if len(items) != 3:
         raise ValueError(f"{name} must be three positive integers (t, h, w), got {shown(value)}")
-    t, h, w = (check_int(x, f"{name}.{axis}", 1, maximum) for axis, x in zip("thw", items))
+    t, h, w = (check_int(x, f"{name}.{axis}", 1, max_axis) for axis, x in zip("thw", items))
+    if t * h * w > max_tokens:
+        raise ValueError(f"{name} {(t, h, w)} has {t * h * w} tokens, more than the {max_tokens} a {kind} may have")
     return t, h, w
 
 
 def check_grid(grid, name: str = "grid") -> tuple[int, int, int]:
     """Validate a video grid ``(T, H, W)`` of tokens (module limits); return it as ints."""
-    t, h, w = _check_triple(grid, name, MAX_GRID_AXIS)
-    if t * h * w > MAX_GRID_TOKENS:
-        raise ValueError(f"{name} {(t, h, w)} has {t * h * w} tokens, more than the {MAX_GRID_TOKENS} "
-                         "a video grid may have")
-    return t, h, w
+    return _check_triple(grid, name, MAX_GRID_AXIS, MAX_GRID_TOKENS, "video grid")
 
 
 def check_tile(tile, name: str = "tile") -> tuple[int, int, int]:
     """Validate a tile ``(bt, bh, bw)`` of tokens (module limits); return it as ints."""
-    t, h, w = _check_triple(tile, name, MAX_TILE_AXIS)
-    if t * h * w > MAX_TILE_TOKENS:
-        raise ValueError(f"{name} {(t, h, w)} has {t * h * w} tokens, more than the {MAX_TILE_TOKENS} "
-                         "a tile may have")
-    return t, h, w
+    return _check_triple(tile, name, MAX_TILE_AXIS, MAX_TILE_TOKENS, "tile")
 
 
 def check_padding(grid, tile, name: str = "tile") -> None:

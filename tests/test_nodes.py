@@ -87,6 +87,11 @@ def test_nodes_registered_with_tooltips(comfy, pack):
     ({"dense_blocks": "2-1"}, "dense_blocks"),
     ({"min_tokens": -1}, "min_tokens"),
     ({"reorder": "1,2"}, "reorder"),
+    ({"reorder": "99999999,1,1"}, "reorder.t must be <= 256"),       # issue 11: bounded, ASCII
+    ({"reorder": "1,128,128"}, "reorder (1, 128, 128) has 16384 tokens"),
+    ({"reorder": "１,4,16"}, "reorder: expected"),
+    ({"dense_blocks": "１"}, "dense_blocks: cannot read"),
+    ({"dense_blocks": "9" * 5000}, "dense_blocks: cannot read"),
     ({"backend": "cuda"}, "backend"),
     ({"method": "psa"}, "preset"),               # psa without a preset
     ({"preset_grid": "stretch"}, "preset_grid"),

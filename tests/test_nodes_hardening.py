@@ -1,6 +1,7 @@
-"""Issue 11 through the nodes in a real ComfyUI (CPU): bounded widgets, presets and tables that
-cannot fail the sampler, no write through a symbolic link, a corrupt loss table reported and
-replaced, full-match names and ASCII digits."""
+"""Issue 11 through the nodes in a real ComfyUI (CPU): presets and tables that cannot fail the
+sampler, no write through a symbolic link, a corrupt loss table reported and replaced,
+full-match names. The widget limits are among the widget tests of tests/test_nodes.py and
+tests/test_nodes_search.py."""
 from __future__ import annotations
 
 import json
@@ -27,42 +28,15 @@ def wan(comfy):  # noqa: F811
     return tiny, H.sample(tiny, steps=STEPS)
 
 
-def folder(pack, sub):  # noqa: F811
+def folder(sub):
     import folder_paths
     path = folder_paths.get_folder_paths(sub)[0]
     os.makedirs(path, exist_ok=True)
     return path
 
 
-# ------------------------------------------------------------------------ widgets (items 1, 8)
-@pytest.mark.parametrize("widgets, words", [
-    ({"reorder": "99999999,1,1"}, "reorder.t must be <= 256"),
-    ({"reorder": "1,128,128"}, "reorder (1, 128, 128) has 16384 tokens"),
-    ({"reorder": "１,4,16"}, "reorder: expected"),
-    ({"dense_blocks": "１"}, "dense_blocks: cannot read"),
-    ({"dense_blocks": "9" * 5000}, "dense_blocks: cannot read"),
-])
-def test_patch_widgets_are_bounded_and_ascii(pack, wan, widgets, words):  # noqa: F811
-    with pytest.raises(ValueError) as e:
-        patch(pack, wan[0].patcher, **widgets)
-    assert words in str(e.value)
-
-
-@pytest.mark.parametrize("widgets, words", [
-    ({"tile": "1000,1,1"}, "tile.t must be <= 256"),
-    ({"tile": "64,64,64"}, "tile (64, 64, 64) has 262144 tokens"),
-    ({"tile": "１,2,2"}, "tile: expected"),
-    ({"bucket_edges": "０.５"}, "bucket_edges"),
-    ({"table_name": "nl\n"}, "table_name: 'nl\\n' must be"),
-    ({"max_candidates": 5000}, "max_candidates: expected a whole number in [1, 4096]"),
-])
-def test_search_widgets_are_bounded_and_ascii(pack, wan, widgets, words):  # noqa: F811
-    widgets = {"table_name": "x", **widgets}
-    with pytest.raises(ValueError) as e:
-        pack.node_search.PSAMaskSearch.execute(wan[0].patcher, **widgets)
-    assert words in str(e.value)
-
-
+# ------------------------------------------------------------------------ names (item 8)
+# (bounded and ASCII widget values: tests/test_nodes.py, tests/test_nodes_search.py)
 def test_select_preset_name_must_match_in_full(pack, wan):  # noqa: F811
     with pytest.raises(ValueError, match="^preset_name: 'nl\\\\n' must be"):
         pack.node_search.PSAMaskSelect.execute("nope.safetensors", preset_name="nl\n")
@@ -130,7 +104,7 @@ def table_in_models(pack, name, grid=(3, 4, 6), tile=(1, 2, 2), heads=2, layers=
     t = acc.table()
     t.settings.update(family="wan", model_name="tiny", prompts=1,
                       fingerprint={"layers": layers, "heads": heads, "head_dim": 128, "hidden_size": 128 * heads})
-    path = os.path.join(folder(pack, "psa_loss_tables"), f"{name}.safetensors")
+    path = os.path.join(folder("psa_loss_tables"), f"{name}.safetensors")
     t.save(path)
     return path
 
@@ -141,13 +115,13 @@ def test_select_refuses_a_table_whose_header_lies_about_its_grid(pack, wan):  # 
     with pytest.raises(ValueError) as e:
         pack.node_search.PSAMaskSelect.execute("lying.safetensors", preset_name="from_lying")
     assert str(e.value).startswith("table: ") and path in str(e.value) and "32768 blocks" in str(e.value)
-    assert not os.path.exists(os.path.join(folder(pack, "sparse_attention_presets"), "from_lying.json"))
+    assert not os.path.exists(os.path.join(folder("sparse_attention_presets"), "from_lying.json"))
 
 
 # ------------------------------------------------------------------------ symbolic links (item 5)
 def test_select_never_writes_through_a_link(pack, wan, tmp_path):  # noqa: F811
     table_in_models(pack, "for_links")
-    presets = folder(pack, "sparse_attention_presets")
+    presets = folder("sparse_attention_presets")
     outside = tmp_path / "outside.json"
     os.symlink(outside, os.path.join(presets, "dangling.json"))
     with pytest.raises(ValueError, match="^preset_name: .*dangling.json is a symbolic link"):
@@ -167,10 +141,10 @@ def test_select_never_writes_through_a_link(pack, wan, tmp_path):  # noqa: F811
 def test_search_never_writes_through_a_link(pack, wan, tmp_path):  # noqa: F811
     tiny, _ = wan
     outside = tmp_path / "table_outside.safetensors"
-    os.symlink(outside, os.path.join(folder(pack, "psa_loss_tables"), "linked_table.safetensors"))
+    os.symlink(outside, os.path.join(folder("psa_loss_tables"), "linked_table.safetensors"))
     samples_outside = tmp_path / "samples_outside"
     samples_outside.mkdir()
-    os.symlink(samples_outside, os.path.join(folder(pack, "psa_qkv_samples"), "linked_table"))
+    os.symlink(samples_outside, os.path.join(folder("psa_qkv_samples"), "linked_table"))
     m = search(pack, tiny.patcher, "linked_table", accumulate=True, save_qkv=True)
     H.sample(tiny, steps=STEPS, model=m)                  # the workflow itself completes
     s = summary(pack, m)["search"]
@@ -191,7 +165,7 @@ class FakePromptServer:
 def test_corrupt_table_is_moved_aside_and_reported(pack, wan, monkeypatch):  # noqa: F811
     from comfy_execution.utils import CurrentNodeContext
     tiny, _ = wan
-    tables = folder(pack, "psa_loss_tables")
+    tables = folder("psa_loss_tables")
     path = os.path.join(tables, "corrupt_t.safetensors")
     with open(path, "wb") as f:
         f.write(b"\x08\x00\x00\x00\x00\x00\x00\x00{broken}")
