@@ -20,10 +20,10 @@ import tempfile
 __all__ = ["write_file", "refuse_link"]
 
 
-def refuse_link(path, what: str = "") -> None:
+def refuse_link(path) -> None:
     """ValueError when ``path`` is a symbolic link (the pack never writes through one)."""
     if os.path.islink(path):
-        raise ValueError(f"{what}{path} is a symbolic link; refusing to write through it "
+        raise ValueError(f"{path} is a symbolic link; refusing to write through it "
                          "(remove the link or choose another name)")
 
 
