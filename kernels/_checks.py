@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 
 import torch
 
@@ -63,16 +64,55 @@ def triton_interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def check_int(value, name: str, minimum: int) -> int:
-    """``value`` as a Python int >= minimum (bools and floats refused), else ValueError."""
+def shown(value, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages. Huge integers are
+    described, not printed (Python refuses to print more than 4300 digits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 256:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return clip(repr(value), limit)
+
+
+def clip(text: str, limit: int = 80) -> str:
+    """``text`` cut to ``limit`` characters (an ellipsis marks the cut)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Numbers typed by a user (widgets, command line). ASCII only: Python's int() and float()
+# also read other scripts' digits ("１" is 1), and \d matches them too.
+_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}", re.ASCII)
+_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE][+-]?[0-9]{1,3})?", re.ASCII)
+
+
+def parse_int(text, name: str) -> int:
+    """An integer written with ASCII digits (at most 18, optional sign), else a ValueError
+    naming ``name``."""
+    t = text.strip() if isinstance(text, str) else None
+    if t is None or _INT_TEXT.fullmatch(t) is None:
+        raise ValueError(f"{name}: expected an integer written with the digits 0-9, got {shown(text)}")
+    return int(t)
+
+
+def parse_float(text, name: str) -> float:
+    """A finite decimal number written with ASCII digits (no nan/inf), else a ValueError
+    naming ``name``."""
+    t = text.strip() if isinstance(text, str) else None
+    if t is None or _FLOAT_TEXT.fullmatch(t) is None or not math.isfinite(float(t)):
+        raise ValueError(f"{name}: expected a number written with the digits 0-9, got {shown(text)}")
+    return float(t)
+
+
+def check_int(value, name: str, minimum: int, maximum: int | None = None) -> int:
+    """``value`` as a Python int in [minimum, maximum] (bools and floats refused), else ValueError."""
     if isinstance(value, bool):
         raise ValueError(f"{name} must be an integer, got {value!r}")
     try:
         value = operator.index(value)
     except TypeError:
-        raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        raise ValueError(f"{name} must be an integer, got {shown(value)}") from None
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ValueError(f"{name} must be >= {minimum}, got {shown(value)}")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, got {shown(value)}")
     return value
 
 

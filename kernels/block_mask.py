@@ -197,10 +197,13 @@ def mask_from_dense(keep: torch.Tensor, layout: BlockLayout, block_m: int, order
     nb, ng = layout.n_blocks, layout.n_grid_blocks
     counts = torch.stack([keep[..., :ng].sum(-1), keep[..., ng:].sum(-1)], dim=-1).to(torch.int32)
     width = max(1, int(counts.sum(-1).max()))
-    # Visited blocks first, each group ascending: sort on (not visited, index).
-    key = (~keep).to(torch.int32) * nb + torch.arange(nb, dtype=torch.int32)
-    ids = torch.sort(key, dim=-1).values[..., :width] % nb
-    ids = ids.to(torch.int16 if nb < 2**15 else torch.int32)
+    ids = torch.empty(*keep.shape[:2], nb, width, dtype=torch.int16 if nb < 2**15 else torch.int32)
+    index = torch.arange(nb, dtype=torch.int32)
+    for b in range(keep.shape[0]):
+        for h in range(keep.shape[1]):  # one head at a time: the sort key is 4 bytes a pair
+            # Visited blocks first, each group ascending: sort on (not visited, index).
+            key = (~keep[b, h]).to(torch.int32) * nb + index
+            ids[b, h] = (torch.sort(key, dim=-1).values[:, :width] % nb).to(ids.dtype)
     work = work_order(counts.sum(-1).sum(0), layout.lengths, block_m, order)
     dev = layout.device
     return BlockMask(layout, counts.to(dev).contiguous(), ids.to(dev).contiguous(), work.to(dev), block_m)

@@ -33,6 +33,7 @@ from .tile_loop import (
     attend_tma_boxes,
     dot_dtype_for,
     grid_descriptors,
+    head_offset,
     row_offset_dtype,
     tma_box_origin,
     tma_sub_frames,
@@ -76,28 +77,25 @@ def _block_sparse_kernel(
     b = tl.program_id(1)
     qblk = hq % num_blocks
     h = head_base + hq // num_blocks
-    # Base offsets in 64 bits: with heads-first storage (H - 1)·L·D passes 2**31 at long videos.
-    b64 = b.to(tl.int64)
-    h64 = h.to(tl.int64)
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, HEAD_DIM)
     local = q_tile * BLOCK_M + offs_m
     rows = tl.load(ROW_MAP + qblk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
     row_ok = rows >= 0
     rows = tl.maximum(rows, 0).to(OFFSET_DTYPE)
-    q = tl.load(Q + b64 * stride_qb + h64 * stride_qh + rows[:, None] * stride_qn + offs_d[None, :],
+    q = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
-    k_base = K + b64 * stride_kb + h64 * stride_kh
-    v_base = V + b64 * stride_vb + h64 * stride_vh
-    list_row = b64 * list_batch_stride + hq
+    k_base = K + head_offset(b, h, stride_kb, stride_kh)
+    v_base = V + head_offset(b, h, stride_vb, stride_vh)
+    list_row = b.to(tl.int64) * list_batch_stride + hq
     n_grid = tl.load(COUNTS + list_row * 2)
     n_extra = tl.load(COUNTS + list_row * 2 + 1)
     ids = IDS + list_row * list_stride
     if POOLED:
-        pool_off = (b64 * group_heads + hq // num_blocks) * num_blocks * HEAD_DIM
+        pool_off = (b.to(tl.int64) * group_heads + hq // num_blocks) * num_blocks * HEAD_DIM
         acc, l_i, m_i = attend_pooled_blocks(
             acc, l_i, m_i, q, K_POOL + pool_off, V_POOL + pool_off, LOG2_LEN,
             ROUTED_BITS + list_row * bits_stride, num_blocks, qk_scale_log2, HEAD_DIM, POOL_CHUNK, DOT_DTYPE)
@@ -121,7 +119,7 @@ def _block_sparse_kernel(
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
     q_nan = tl.max((q != q).to(tl.int32), 1) > 0
     out = tl.where((empty & q_nan)[:, None], float("nan"), out)
-    tl.store(O + b64 * stride_ob + h64 * stride_oh + rows[:, None] * stride_on + offs_d[None, :],
+    tl.store(O + head_offset(b, h, stride_ob, stride_oh) + rows[:, None] * stride_on + offs_d[None, :],
              out.to(O.dtype.element_ty), mask=row_ok[:, None])
 
 

@@ -32,6 +32,19 @@ leaves them at the end of the sequence, untouched.
 
 Layouts are small integer tensors and are cached per (grid, tile, pad, device) by
 :func:`tile_layout`.
+
+Limits, checked before anything is allocated (a layout holds int64 tensors of the padded
+grid, so an absurd tile on a small video would otherwise ask for gigabytes). They come from
+real video latents: Wan 2.1 720p is 21 × 45 × 80 tokens, HunyuanVideo 720p 33 × 45 × 80; even
+4K frames (8× VAE, 2 × 2 patches) are 135 × 240.
+
+* grid: every axis in [1, ``MAX_GRID_AXIS``], at most ``MAX_GRID_TOKENS`` tokens;
+* tile: every axis in [1, ``MAX_TILE_AXIS``], at most ``MAX_TILE_TOKENS`` tokens (the
+  shipped PSA tiles hold 64-384, Sol's 64-token blocks 64);
+* grid and tile together (:func:`check_padding`): the padded grid holds at most
+  ``MAX_PADDING_FACTOR`` slots per real token, or one tile's worth (``MAX_TILE_TOKENS``) for
+  tiny grids. A tile no larger than the grid on every axis always passes (each axis pads by
+  less than 2×).
 """
 from __future__ import annotations
 
@@ -39,30 +52,53 @@ import functools
 
 import torch
 
-from ._checks import check_int
+from ._checks import check_int, shown
 
-__all__ = ["TileLayout", "tile_layout", "check_grid", "check_tile"]
+__all__ = [
+    "TileLayout", "tile_layout", "check_grid", "check_tile", "check_padding",
+    "MAX_GRID_AXIS", "MAX_GRID_TOKENS", "MAX_TILE_AXIS", "MAX_TILE_TOKENS", "MAX_PADDING_FACTOR",
+]
+
+MAX_GRID_AXIS = 1024
+MAX_GRID_TOKENS = 1 << 22
+MAX_TILE_AXIS = 256
+MAX_TILE_TOKENS = 4096
+MAX_PADDING_FACTOR = 8
 
 
-def _check_triple(value, name: str) -> tuple[int, int, int]:
+def _check_triple(value, name: str, max_axis: int, max_tokens: int, kind: str) -> tuple[int, int, int]:
     try:
         items = tuple(value)
     except TypeError:
-        raise ValueError(f"{name} must be three positive integers (t, h, w), got {value!r}") from None
+        raise ValueError(f"{name} must be three positive integers (t, h, w), got {shown(value)}") from None
     if len(items) != 3:
-        raise ValueError(f"{name} must be three positive integers (t, h, w), got {value!r}")
-    t, h, w = (check_int(x, f"{name}.{axis}", 1) for axis, x in zip("thw", items))
+        raise ValueError(f"{name} must be three positive integers (t, h, w), got {shown(value)}")
+    t, h, w = (check_int(x, f"{name}.{axis}", 1, max_axis) for axis, x in zip("thw", items))
+    if t * h * w > max_tokens:
+        raise ValueError(f"{name} {(t, h, w)} has {t * h * w} tokens, more than the {max_tokens} a {kind} may have")
     return t, h, w
 
 
-def check_grid(grid) -> tuple[int, int, int]:
-    """Validate a video grid ``(T, H, W)`` of tokens; return it as a tuple of ints."""
-    return _check_triple(grid, "grid")
+def check_grid(grid, name: str = "grid") -> tuple[int, int, int]:
+    """Validate a video grid ``(T, H, W)`` of tokens (module limits); return it as ints."""
+    return _check_triple(grid, name, MAX_GRID_AXIS, MAX_GRID_TOKENS, "video grid")
 
 
-def check_tile(tile) -> tuple[int, int, int]:
-    """Validate a tile ``(bt, bh, bw)`` of tokens; return it as a tuple of ints."""
-    return _check_triple(tile, "tile")
+def check_tile(tile, name: str = "tile") -> tuple[int, int, int]:
+    """Validate a tile ``(bt, bh, bw)`` of tokens (module limits); return it as ints."""
+    return _check_triple(tile, name, MAX_TILE_AXIS, MAX_TILE_TOKENS, "tile")
+
+
+def check_padding(grid, tile, name: str = "tile") -> None:
+    """Refuse a tile that pads ``grid`` beyond the module limit (``name`` is the tile's)."""
+    tokens = grid[0] * grid[1] * grid[2]
+    slots = 1
+    for g, b in zip(grid, tile):
+        slots *= -(-g // b) * b
+    if slots > max(MAX_PADDING_FACTOR * tokens, MAX_TILE_TOKENS):
+        raise ValueError(
+            f"{name} {tuple(tile)} pads the grid {tuple(grid)} ({tokens} tokens) to {slots} slots, more than "
+            f"{MAX_PADDING_FACTOR}x; use a tile no larger than the grid on each axis")
 
 
 class TileLayout:
@@ -85,6 +121,7 @@ class TileLayout:
     def __init__(self, grid, tile, pad: bool = True, device="cpu"):
         self.grid = check_grid(grid)
         self.tile = check_tile(tile)
+        check_padding(self.grid, self.tile)
         self.pad = bool(pad)
         self.device = torch.device(device)
         T, H, W = self.grid

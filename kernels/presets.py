@@ -6,12 +6,15 @@ marked optional; unknown fields are rejected):
 
     format        "psa-mask-preset"
     version       1
-    name          short name, [A-Za-z0-9._-], 1-64 chars
-    model         {"family": str, "name": str,
+    name          short name, [A-Za-z0-9._-], 1-64 chars, not starting with "."
+    model         {"family": one of KNOWN_FAMILIES, "name": str,
                    "fingerprint": {"layers": int, "heads": int, "head_dim": int,
                                    "hidden_size": int}}
-    grid          [T, H, W]  video tokens after patchify, the grid the masks were made for
-    tile          [bt, bh, bw]  PSABlock in tokens
+    grid          [T, H, W]  video tokens after patchify, the grid the masks were made for;
+                  each in [1, 1024], at most 4,194,304 tokens (``kernels.layout`` limits)
+    tile          [bt, bh, bw]  PSABlock in tokens; each in [1, 256], at most 4096 tokens,
+                  padding the grid by at most 8x; the block grid ceil(grid / tile) has at
+                  most 2048 blocks and heads × blocks² <= 2^29 (``kernels.psa_mask`` limits)
     step_buckets  {"unit": "progress", "edges": [e1, ...]}  ascending in (0, 1); denoising
                   progress = step / number of steps; bucket i covers [e_i, e_(i+1))
     params        [bucket][layer][head] -> [Tw, To, Ts, Sw, So, Ss]  (kernels.psa_mask)
@@ -27,7 +30,14 @@ marked optional; unknown fields are rejected):
     created       str (optional, ISO date)
 
 Validation names the field (``preset.model.fingerprint.heads: expected an integer >= 1,
-got 'x'``) and the head (``preset.params[0][3][7].Sw = 0: widths must be >= 1``).
+got 'x'``) and the head (``preset.params[0][3][7].Sw = 0: widths must be >= 1``); ``format``
+and ``version`` are checked first, so a preset of another version is reported as such.
+Every rejection is a ``ValueError`` of bounded length (values and unknown field names are
+cut short; an integer of more than 40 digits is refused while the JSON is parsed).
+
+Families (``KNOWN_FAMILIES``): the nodes' model adapters and the names accepted for each,
+``FAMILY_NAMES`` (the first is the one the nodes write; Wan 2.1 and the Wan 2.2 A14B models
+share one architecture, the fingerprint tells the sizes apart).
 
 Names and folders: :func:`resolve_preset_path` accepts a bare file name
 (``[A-Za-z0-9._-]+.json``) and finds it in the given preset folders; separators, ``..``,
@@ -40,7 +50,13 @@ with bh = 8) uses the parameters unchanged. A different block grid is **refused*
 with a ``UserWarning``: temporal widths/offsets/strides scale by nT'/nT, column widths and
 column offsets by nW'/nW, spatial strides that are whole rows (k·nW) become k·nW', other
 spatial strides scale by (nH'·nW')/(nH·nW); widths stay >= 1, a stride that reaches the
-axis length becomes ∞, ∞ stays ∞. It is an approximation: a re-search is better.
+axis length becomes ∞, ∞ stays ∞, and every value is clamped to ±MAX_PARAM (a width or an
+offset that large already reaches past any allowed block grid, so the mask is the same). It
+is an approximation: a re-search is better. The new grid must itself fit the size limits
+(tile padding, mask size), else ``params_for_grid`` refuses it with a ValueError.
+
+Files are written by :func:`save_preset` through ``kernels._files.write_file``: never through
+a symbolic link, and replaced atomically.
 """
 from __future__ import annotations
 
@@ -53,11 +69,18 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .psa_mask import FIELDS, MAX_PARAM, block_grid_of, check_params
+from ._checks import clip, shown
+from ._files import write_file
+from .layout import MAX_GRID_AXIS, MAX_TILE_AXIS, check_grid, check_padding, check_tile
+from .psa_mask import FIELDS, MAX_PARAM, block_grid_of, check_mask_size, check_params
 
 __all__ = [
     "PRESET_FORMAT",
     "PRESET_VERSION",
+    "FAMILY_NAMES",
+    "KNOWN_FAMILIES",
+    "NAME_RE",
+    "check_name",
     "MAX_PRESET_BYTES",
     "Preset",
     "load_preset",
@@ -71,13 +94,38 @@ __all__ = [
 PRESET_FORMAT = "psa-mask-preset"
 PRESET_VERSION = 1
 MAX_PRESET_BYTES = 4 * 1024 * 1024
-_NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
-_FILE_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}\.json$")
+# Names that become file names; always used with fullmatch ("$" would let a trailing
+# newline through).
+NAME_RE = re.compile(r"(?!\.)[A-Za-z0-9._-]{1,64}", re.ASCII)
+_FILE_RE = re.compile(r"(?!\.)[A-Za-z0-9._-]{1,64}\.json", re.ASCII)
+FAMILY_NAMES = {
+    "wan": ("wan", "wan2.1", "wan2.2"),
+    "hunyuan_video": ("hunyuan_video",),
+    "ltxv": ("ltxv",),
+    "ltx2": ("ltx2",),
+}
+KNOWN_FAMILIES = tuple(name for names in FAMILY_NAMES.values() for name in names)
+_MAX_INT_DIGITS = 40
 _TOP_FIELDS = {
     "format", "version", "name", "model", "grid", "tile", "step_buckets", "params", "source",
     "search", "stats", "author", "notes", "created",
 }
 _OPTIONAL = {"author", "notes", "created"}
+
+
+def check_name(name, what: str) -> str:
+    """``name`` if it is a valid preset or table name (:data:`NAME_RE`), else a ValueError
+    naming ``what`` (the widget or field)."""
+    if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
+        raise ValueError(f"{what}: {shown(name)} must be 1-64 characters of A-Z a-z 0-9 . _ - "
+                         "not starting with '.' (it becomes a file name)")
+    return name
+
+
+def check_family(family, what: str) -> str:
+    if not isinstance(family, str) or family not in KNOWN_FAMILIES:
+        raise ValueError(f"{what}: expected one of {', '.join(KNOWN_FAMILIES)}, got {shown(family)}")
+    return family
 
 
 @dataclass
@@ -139,12 +187,12 @@ class Preset:
 
     def params_for_grid(self, grid, on_mismatch: str = "refuse") -> "Preset":
         """This preset for another token grid; see the module docstring for the policy."""
-        from .layout import check_grid
-
         grid = check_grid(grid)
         if on_mismatch not in ("refuse", "rescale"):
             raise ValueError(f"on_mismatch must be 'refuse' or 'rescale', got {on_mismatch!r}")
+        check_padding(grid, self.tile, f"preset {self.name!r}: tile")
         new_bg = block_grid_of(grid, self.tile)
+        check_mask_size(new_bg, self.num_heads, f"preset {self.name!r} on grid {grid}")
         if new_bg == self.block_grid:
             return _replace(self, grid=grid)
         if on_mismatch == "refuse":
@@ -188,12 +236,12 @@ def rescale_params(params: torch.Tensor, old_bg, new_bg) -> torch.Tensor:
         else:
             Ss2 = max(1, round(Ss * fs))
         Ss2 = 0 if Ss2 >= mH * mW else Ss2
-        row[:] = torch.tensor([Tw2, To2, Ts2, Sw2, So2, Ss2])
+        row[:] = torch.tensor([max(-MAX_PARAM, min(MAX_PARAM, x)) for x in (Tw2, To2, Ts2, Sw2, So2, Ss2)])
     return out.reshape(params.shape)
 
 
 # --------------------------------------------------------------------------- JSON
-class _V:
+class FieldChecks:
     """Validation helpers whose errors name the field path."""
 
     @staticmethod
@@ -206,7 +254,7 @@ class _V:
     def keys(x, path, required, optional=()):
         for k in x:
             if k not in required and k not in optional:
-                raise ValueError(f"{path}.{k}: unknown field")
+                raise ValueError(f"{path}.{clip(str(k), 60)}: unknown field")
         for k in required:
             if k not in x:
                 raise ValueError(f"{path}.{k}: missing field")
@@ -216,10 +264,10 @@ class _V:
         if x is None and null:
             return None
         if isinstance(x, bool) or not isinstance(x, int):
-            raise ValueError(f"{path}: expected an integer, got {x!r}"[:300])
+            raise ValueError(f"{path}: expected an integer, got {shown(x)}")
         if (lo is not None and x < lo) or (hi is not None and x > hi):
             rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            raise ValueError(f"{path}: expected an integer {rng}, got {x}")
+            raise ValueError(f"{path}: expected an integer {rng}, got {shown(x)}")
         return x
 
     @staticmethod
@@ -227,9 +275,9 @@ class _V:
         if x is None and null:
             return None
         if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-            raise ValueError(f"{path}: expected a finite number, got {x!r}"[:300])
+            raise ValueError(f"{path}: expected a finite number, got {shown(x)}")
         if (lo is not None and x < lo) or (hi is not None and x > hi):
-            raise ValueError(f"{path}: expected a number in [{lo}, {hi}], got {x}")
+            raise ValueError(f"{path}: expected a number in [{lo}, {hi}], got {shown(x)}")
         return float(x)
 
     @staticmethod
@@ -238,10 +286,10 @@ class _V:
             raise ValueError(f"{path}: expected a string, got {type(x).__name__}")
         if len(x) > max_len:
             raise ValueError(f"{path}: longer than {max_len} characters")
-        if pattern is not None and not pattern.match(x):
-            raise ValueError(f"{path}: {x!r} must match {pattern.pattern}")
+        if pattern is not None and not pattern.fullmatch(x):
+            raise ValueError(f"{path}: {shown(x)} must match {pattern.pattern}")
         if choices is not None and x not in choices:
-            raise ValueError(f"{path}: expected one of {sorted(choices)}, got {x!r}")
+            raise ValueError(f"{path}: expected one of {sorted(choices)}, got {shown(x)}")
         return x
 
     @staticmethod
@@ -269,40 +317,32 @@ def preset_from_json(text) -> Preset:
     if len(text.encode("utf-8")) > MAX_PRESET_BYTES:
         raise ValueError(f"preset: exceeds the {MAX_PRESET_BYTES}-byte limit")
 
-    def no_constants(name):
-        raise ValueError(f"preset: {name} is not valid JSON")
-
-    try:
-        doc = json.loads(text, parse_constant=no_constants)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"preset: invalid JSON ({e})") from None
-    except RecursionError:
-        raise ValueError("preset: JSON nested too deeply") from None
-    V = _V
+    doc = json_loads(text, "preset")
+    V = FieldChecks
     V.obj(doc, "preset")
-    V.keys(doc, "preset", _TOP_FIELDS - _OPTIONAL, _OPTIONAL)
+    # What the document is comes before which fields it has: another version may have others.
+    for key in ("format", "version"):
+        if key not in doc:
+            raise ValueError(f"preset.{key}: missing field")
     if doc["format"] != PRESET_FORMAT:
-        raise ValueError(f"preset.format: expected {PRESET_FORMAT!r}, got {doc['format']!r}"[:300])
+        raise ValueError(f"preset.format: expected {PRESET_FORMAT!r}, got {shown(doc['format'])}")
     version = V.int_(doc["version"], "preset.version", 1)
     if version != PRESET_VERSION:
         raise ValueError(f"preset.version: this code reads version {PRESET_VERSION}, got {version}")
-    name = V.str_(doc["name"], "preset.name", 64, _NAME_RE)
+    V.keys(doc, "preset", _TOP_FIELDS - _OPTIONAL, _OPTIONAL)
+    name = V.str_(doc["name"], "preset.name", 64, NAME_RE)
 
     model = V.obj(doc["model"], "preset.model")
     V.keys(model, "preset.model", ("family", "name", "fingerprint"))
-    family = V.str_(model["family"], "preset.model.family", 64, _NAME_RE)
+    family = check_family(model["family"], "preset.model.family")
     model_name = V.str_(model["name"], "preset.model.name", 200)
-    fp = V.obj(model["fingerprint"], "preset.model.fingerprint")
-    V.keys(fp, "preset.model.fingerprint", ("layers", "heads", "head_dim", "hidden_size"))
-    fingerprint = {
-        "layers": V.int_(fp["layers"], "preset.model.fingerprint.layers", 1, 1024),
-        "heads": V.int_(fp["heads"], "preset.model.fingerprint.heads", 1, 1024),
-        "head_dim": V.int_(fp["head_dim"], "preset.model.fingerprint.head_dim", 1, 4096),
-        "hidden_size": V.int_(fp["hidden_size"], "preset.model.fingerprint.hidden_size", 1, 1 << 20),
-    }
+    fingerprint = check_fingerprint(model["fingerprint"], "preset.model.fingerprint")
 
-    grid = tuple(V.int_(x, f"preset.grid[{i}]", 1, 1 << 16) for i, x in enumerate(V.list_(doc["grid"], "preset.grid", 3)))
-    tile = tuple(V.int_(x, f"preset.tile[{i}]", 1, 1 << 12) for i, x in enumerate(V.list_(doc["tile"], "preset.tile", 3)))
+    grid = tuple(V.int_(x, f"preset.grid[{i}]", 1, MAX_GRID_AXIS)
+                 for i, x in enumerate(V.list_(doc["grid"], "preset.grid", 3)))
+    tile = tuple(V.int_(x, f"preset.tile[{i}]", 1, MAX_TILE_AXIS)
+                 for i, x in enumerate(V.list_(doc["tile"], "preset.tile", 3)))
+    check_grid_and_tile(grid, tile, fingerprint["heads"], "preset.grid", "preset.tile")
 
     sb = V.obj(doc["step_buckets"], "preset.step_buckets")
     V.keys(sb, "preset.step_buckets", ("unit", "edges"))
@@ -369,6 +409,61 @@ def preset_from_json(text) -> Preset:
                   author, notes, created)
 
 
+class _LongInteger:
+    """A JSON integer too long to be a field value, kept only to name it in the error."""
+
+    def __init__(self, digits: int):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"an integer of {self.digits} digits"
+
+
+def _json_int(text: str):
+    # Python refuses to parse more than 4300 digits, with an error naming no field.
+    return int(text) if len(text) <= _MAX_INT_DIGITS else _LongInteger(len(text.lstrip("-")))
+
+
+def json_loads(text: str, what: str):
+    """``json.loads`` for untrusted documents: only JSON (no NaN/Infinity), integers of at
+    most 40 digits (longer ones are kept as a marker that the field check names), and every
+    failure a ValueError naming ``what``."""
+
+    def no_constants(name):
+        raise ValueError(f"{what}: {name} is not valid JSON")
+
+    if not isinstance(text, str):
+        raise ValueError(f"{what}: expected JSON text, got {type(text).__name__}")
+    try:
+        return json.loads(text, parse_constant=no_constants, parse_int=_json_int)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{what}: invalid JSON ({shown(str(e), 200)})") from None
+    except RecursionError:
+        raise ValueError(f"{what}: JSON nested too deeply") from None
+
+
+def check_fingerprint(fp, path: str) -> dict:
+    """A model fingerprint {layers, heads, head_dim, hidden_size}, each a bounded integer."""
+    V = FieldChecks
+    V.obj(fp, path)
+    V.keys(fp, path, ("layers", "heads", "head_dim", "hidden_size"))
+    return {
+        "layers": V.int_(fp["layers"], f"{path}.layers", 1, 1024),
+        "heads": V.int_(fp["heads"], f"{path}.heads", 1, 1024),
+        "head_dim": V.int_(fp["head_dim"], f"{path}.head_dim", 1, 4096),
+        "hidden_size": V.int_(fp["hidden_size"], f"{path}.hidden_size", 1, 1 << 20),
+    }
+
+
+def check_grid_and_tile(grid, tile, count: int, grid_name: str, tile_name: str) -> None:
+    """The size limits a stored grid and tile must meet (``kernels.layout`` and
+    ``kernels.psa_mask``) for ``count`` masks (heads or candidates); errors name the fields."""
+    check_grid(grid, grid_name)
+    check_tile(tile, tile_name)
+    check_padding(grid, tile, tile_name)
+    check_mask_size(block_grid_of(grid, tile), count, tile_name)
+
+
 def preset_to_json(p: Preset) -> str:
     doc = {
         "format": PRESET_FORMAT,
@@ -392,16 +487,16 @@ def preset_to_json(p: Preset) -> str:
     return text
 
 
-def save_preset(p: Preset, path) -> None:
-    text = preset_to_json(p)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
+def save_preset(p: Preset, path, *, overwrite: bool = True) -> None:
+    """Write ``p`` (validated) to ``path``; refuses a symbolic link at ``path`` and, without
+    ``overwrite``, an existing file (ValueError)."""
+    write_file(path, preset_to_json(p).encode("utf-8"), overwrite=overwrite)
 
 
 def resolve_preset_path(name: str, folders) -> str:
     """The file of a preset *name* inside one of ``folders``; refuses anything else."""
-    if not isinstance(name, str) or not _FILE_RE.match(name) or name.startswith("."):
-        raise ValueError(f"preset name {name!r}: expected a bare file name like 'wan_720p.json' ([A-Za-z0-9._-])")
+    if not isinstance(name, str) or not _FILE_RE.fullmatch(name):
+        raise ValueError(f"preset name {shown(name)}: expected a bare file name like 'wan_720p.json' ([A-Za-z0-9._-])")
     for folder in folders:
         root = os.path.realpath(folder)
         candidate = os.path.realpath(os.path.join(root, name))
@@ -415,12 +510,18 @@ def resolve_preset_path(name: str, folders) -> str:
 def load_preset(path_or_name, folders=None) -> Preset:
     """Load a preset: a bare name looked up in ``folders``, or (folders=None) a file path."""
     path = resolve_preset_path(path_or_name, folders) if folders is not None else os.fspath(path_or_name)
-    size = os.path.getsize(path)
-    if size > MAX_PRESET_BYTES:
-        raise ValueError(f"preset {path}: {size} bytes exceeds the {MAX_PRESET_BYTES}-byte limit")
-    with open(path, "rb") as f:
-        data = f.read(MAX_PRESET_BYTES + 1)
-    return preset_from_json(data)
+    try:
+        size = os.path.getsize(path)
+        if size > MAX_PRESET_BYTES:
+            raise ValueError(f"preset {path}: {size} bytes exceeds the {MAX_PRESET_BYTES}-byte limit")
+        with open(path, "rb") as f:
+            data = f.read(MAX_PRESET_BYTES + 1)
+    except OSError as e:
+        raise ValueError(f"preset {path}: cannot read it ({e.strerror or type(e).__name__})") from None
+    try:
+        return preset_from_json(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def preset_from_selection(
@@ -443,8 +544,11 @@ def preset_from_selection(
     """A searched preset from a :class:`kernels.psa_search.Selection` covering every layer
     ``0 .. fingerprint['layers'] - 1`` (layers missing from the selection are refused).
     ``source="geometry"`` marks a preset that was not searched on the real model (e.g. one
-    searched on the synthetic workload)."""
-    L = int(fingerprint["layers"])
+    searched on the synthetic workload). The result is validated like a preset file
+    (ValueError naming the field)."""
+    family = check_family(family, "family")
+    fingerprint = check_fingerprint(fingerprint, "fingerprint")
+    L = fingerprint["layers"]
     missing = [x for x in range(L) if x not in selection.layers]
     if missing:
         raise ValueError(f"the selection has no loss table rows for layers {missing[:10]}; search every layer")
@@ -454,7 +558,7 @@ def preset_from_selection(
     settings = settings or {}
     loss = selection.loss[:, rows]
     finite = loss[torch.isfinite(loss)]
-    return Preset(
+    preset = Preset(
         name=name, family=family, model_name=model_name, fingerprint=dict(fingerprint), grid=tuple(grid),
         tile=tuple(tile), params=params, bucket_edges=list(selection.bucket_edges), source=source,
         search={
@@ -469,6 +573,8 @@ def preset_from_selection(
         },
         author=author, notes=notes, created=created,
     )
+    preset_to_json(preset)  # validated here, so a selection that cannot be a preset says so now
+    return preset
 
 
 def load(path) -> Preset:

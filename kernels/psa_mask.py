@@ -174,6 +174,18 @@ API
     attended both ways), cached per (grid, tile, params, extra tokens, device).
 ``check_params(params, num_heads=None)`` -> int64 (H, 6) CPU tensor, or ValueError naming
     the head and the field.
+``check_mask_size(block_grid, count)`` -> ValueError when ``count`` masks (heads, or
+    candidates of a search) on ``block_grid`` would exceed the size limits below.
+
+Size limits
+-----------
+A mask is a dense bool matrix over block pairs, so its size grows with the square of the
+block count. Every function here that builds one refuses, before allocating, a block grid of
+more than ``MAX_MASK_BLOCKS`` blocks or more than ``MAX_MASK_ENTRIES`` (heads × blocks²)
+entries. Real block grids are far below: Wan 2.1 720p with tile 3 × 8 × 16 has 210 blocks,
+HunyuanVideo 720p 330; 40 heads of 330 blocks are 4.4 M entries, and a full PSA-Search on
+that grid (4096 candidates) 446 M. Large intermediates are built one head at a time, so the
+peak memory stays near the bool mask itself (one byte per entry).
 """
 from __future__ import annotations
 
@@ -190,6 +202,9 @@ __all__ = [
     "MAX_PARAM",
     "INF",
     "check_params",
+    "check_mask_size",
+    "MAX_MASK_BLOCKS",
+    "MAX_MASK_ENTRIES",
     "format_params",
     "block_grid_of",
     "inter_frame_table",
@@ -203,6 +218,21 @@ __all__ = [
 FIELDS = ("Tw", "To", "Ts", "Sw", "So", "Ss")
 INF = 0  # the stride value that encodes ∞
 MAX_PARAM = 1 << 20  # |value| bound for every field; far beyond any real block grid
+MAX_MASK_BLOCKS = 2048
+MAX_MASK_ENTRIES = 1 << 29
+
+
+def check_mask_size(block_grid, count: int, what: str = "mask") -> None:
+    """Refuse ``count`` masks (heads or candidates) on ``block_grid`` beyond the size limits
+    of the module docstring; ``what`` names the caller's object in the message."""
+    n = math.prod(block_grid)
+    if n > MAX_MASK_BLOCKS:
+        raise ValueError(f"{what}: block grid {tuple(block_grid)} has {n} blocks, more than the "
+                         f"{MAX_MASK_BLOCKS} a PSA mask may have; use a larger tile")
+    if count * n * n > MAX_MASK_ENTRIES:
+        raise ValueError(f"{what}: {count} masks on block grid {tuple(block_grid)} ({n} blocks) hold "
+                         f"{count * n * n} block pairs, more than {MAX_MASK_ENTRIES}; use a larger tile "
+                         "or fewer heads/candidates")
 
 
 # --------------------------------------------------------------------------- validation
@@ -313,21 +343,20 @@ def _tables(block_grid, params: torch.Tensor):
     return torch.from_numpy(t_tab), torch.from_numpy(s_tab)
 
 
-def _block_coords(block_grid):
-    nT, nH, nW = block_grid
-    b = torch.arange(nT * nH * nW)
-    return b // (nH * nW), (b // nW) % nH, b % nW
-
-
 def _build_mask(block_grid, params: torch.Tensor) -> torch.Tensor:
     nT, nH, nW = block_grid
+    check_mask_size(block_grid, params.shape[0])
     t_tab, s_tab = _tables(block_grid, params)
-    t, h, w = _block_coords(block_grid)
-    DT = t[None, :] - t[:, None] + (nT - 1)
-    DH = h[None, :] - h[:, None] + (nH - 1)
-    DW = w[None, :] - w[:, None] + (nW - 1)
-    mask = t_tab[:, DT] & s_tab[:, DH, DW]
-    mask |= torch.eye(nT * nH * nW, dtype=torch.bool)[None]
+    # Blocks are numbered (t, s) with s = h * nW + w, so the mask is the outer AND of a
+    # frame term (H, nT, nT) and an in-frame term (H, S, S): no index tensor of n² entries.
+    t = torch.arange(nT)
+    h = torch.arange(nH).repeat_interleave(nW)
+    w = torch.arange(nW).repeat(nH)
+    frames = t_tab[:, t[None, :] - t[:, None] + (nT - 1)]
+    spatial = s_tab[:, h[None, :] - h[:, None] + (nH - 1), w[None, :] - w[:, None] + (nW - 1)]
+    n = nT * nH * nW
+    mask = (frames[:, :, None, :, None] & spatial[:, None, :, None, :]).reshape(-1, n, n)
+    mask.diagonal(dim1=1, dim2=2).fill_(True)
     return mask
 
 
@@ -422,10 +451,11 @@ class PSAMask:
         """
         m = self.mask
         if not tokens:
-            return m.double().mean(dim=(1, 2))
+            return m.sum(dim=(1, 2)).double() / (self.n_blocks * self.n_blocks)
         ln = self.block_lengths().double()
-        weight = ln[:, None] * ln[None, :]
-        return (m.double() * weight).sum(dim=(1, 2)) / weight.sum()
+        # Head by head: a float64 copy of every mask would be 8 bytes per block pair.
+        kept = torch.stack([(mh.double() @ ln) @ ln for mh in m])
+        return kept / (ln.sum() ** 2)
 
     def sparsity(self, tokens: bool = False) -> torch.Tensor:
         return 1.0 - self.density(tokens)

@@ -72,12 +72,25 @@ Searching under torchrun (gloo on CPU, NCCL on GPUs, one GPU per process)::
         --model-name Wan2.1-T2V-14B --fingerprint 40 40 128 5120 --prompts 2
     python -m kernels.psa_search show wan14b_720p.table.safetensors --sparsity 0.6
 
-Command line: ``python -m kernels.psa_search --help``.
+Command line: ``python -m kernels.psa_search --help``. Bad input (a missing or unreadable
+file, an empty folder, a table or sample that is not one) ends the command with a one-line
+``error:`` message and exit status 2.
+
+Files
+-----
+Loss tables and samples are safetensors files with a JSON header in their metadata. Reading
+one checks everything before it is used: the format and version first, then every header
+field (grid and tile within the limits of ``kernels.presets``/``kernels.layout``, layers,
+bucket edges, heads, the known settings) and every tensor (name, dtype, shape, values).
+Any problem is a ``ValueError`` that starts with the file's path and names the field, e.g.
+``t.safetensors: header.tile[1]: expected an integer in [1, 256], got 0``. Writing goes
+through ``kernels._files.write_file`` (never through a symbolic link; atomic replace).
 """
 from __future__ import annotations
 
 import argparse
 import bisect
+import contextlib
 import hashlib
 import json
 import math
@@ -89,10 +102,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from ._checks import check_qkv, resolve_scale
-from .layout import check_grid, check_tile, tile_layout
+from ._checks import check_qkv, clip, parse_float, parse_int, resolve_scale, shown
+from ._files import write_file
+from .layout import MAX_GRID_AXIS, MAX_TILE_AXIS, check_grid, check_tile, tile_layout
+from .presets import (
+    KNOWN_FAMILIES, FieldChecks, check_family, check_fingerprint, check_grid_and_tile, json_loads,
+)
 from .psa_mask import (
-    FIELDS, block_grid_of, check_params, format_params, inter_frame_table, intra_frame_table, psa_block_mask,
+    FIELDS, block_grid_of, check_mask_size, check_params, format_params, inter_frame_table, intra_frame_table,
+    psa_block_mask,
 )
 from .psa_reference import check_extra_tokens
 
@@ -112,6 +130,13 @@ __all__ = [
 TABLE_FORMAT = "psa-loss-table"
 TABLE_VERSION = 1
 SAMPLE_FORMAT = "psa-qkv-sample"
+_TABLE_TENSORS = {  # name -> dtype
+    "candidates": torch.int64, "density": torch.float64, "token_density": torch.float64,
+    "sq_err": torch.float64, "ref_sq": torch.float64, "count": torch.float64, "calls": torch.int64,
+}
+_TABLE_HEADER = ("grid", "tile", "layers", "bucket_edges", "num_heads", "fields", "settings")
+MAX_LAYERS = 1024
+MAX_BUCKET_EDGES = 64
 
 
 # --------------------------------------------------------------------------- candidates
@@ -146,6 +171,7 @@ def candidate_space(
     """
     grid, tile = check_grid(grid), check_tile(tile)
     nT, nH, nW = block_grid_of(grid, tile)
+    check_mask_size((nT, nH, nW), 1, "candidate space")
     L = nH * nW
     Tw = _axis_values(Tw, list(range(1, max(2, nT))) + [nT])
     Sw = _axis_values(Sw, list(range(1, max(2, nW))) + [L])
@@ -326,7 +352,8 @@ class LossTable:
                          list(self.bucket_edges), self.num_heads, settings=dict(self.settings), **out)
 
     def save(self, path) -> None:
-        """safetensors: the arrays as tensors, grid/tile/layers/settings as JSON metadata."""
+        """safetensors: the arrays as tensors, grid/tile/layers/settings as JSON metadata
+        (never written through a symbolic link, see ``kernels._files``)."""
         from safetensors.torch import save_file
 
         tensors = {
@@ -347,40 +374,60 @@ class LossTable:
                 "fields": list(FIELDS), "settings": self.settings,
             }),
         }
-        save_file(tensors, str(path), metadata=meta)
+        write_file(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
     @classmethod
     def load(cls, path) -> "LossTable":
-        from safetensors import safe_open
-
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            if meta.get("format") != TABLE_FORMAT:
-                raise ValueError(f"{path}: not a PSA loss table (format {meta.get('format')!r})")
-            if meta.get("version") != str(TABLE_VERSION):
-                raise ValueError(f"{path}: loss table version {meta.get('version')!r}, this code reads {TABLE_VERSION}")
-            t = {name: f.get_tensor(name) for name in f.keys()}
-        h = json.loads(meta["header"])
-        table = cls(
-            grid=tuple(h["grid"]), tile=tuple(h["tile"]), candidates=t["candidates"], density=t["density"],
-            token_density=t["token_density"], layers=list(h["layers"]), bucket_edges=list(h["bucket_edges"]),
-            num_heads=int(h["num_heads"]), sq_err=t["sq_err"], ref_sq=t["ref_sq"], count=t["count"],
-            calls=t["calls"], settings=dict(h.get("settings", {})),
-        )
-        table.validate()
+        """Read and validate a table (module docstring, "Files"); ValueError naming the file
+        and the field otherwise."""
+        try:
+            with _read_safetensors(path, TABLE_FORMAT, TABLE_VERSION, "PSA loss table") as (f, h):
+                names = set(f.keys())
+                if names != set(_TABLE_TENSORS):
+                    extra, missing = sorted(names - set(_TABLE_TENSORS)), sorted(set(_TABLE_TENSORS) - names)
+                    raise ValueError(f"tensors: expected {sorted(_TABLE_TENSORS)}"
+                                     + (f", missing {missing}" if missing else "")
+                                     + (f", unexpected {shown(extra)}" if extra else ""))
+                header = _table_header(h)
+                t = {name: f.get_tensor(name) for name in _TABLE_TENSORS}
+            table = cls(candidates=t["candidates"], density=t["density"], token_density=t["token_density"],
+                        sq_err=t["sq_err"], ref_sq=t["ref_sq"], count=t["count"], calls=t["calls"], **header)
+            table.validate()
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
         return table
 
     def validate(self) -> None:
+        """Check the arrays against each other and their ranges (ValueError naming the tensor)."""
+        for name, dtype in _TABLE_TENSORS.items():
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or t.dtype != dtype:
+                raise ValueError(f"tensor {name}: expected {dtype}, got {getattr(t, 'dtype', type(t).__name__)}")
+        if self.candidates.dim() != 2 or self.candidates.shape[0] < 1:
+            raise ValueError(f"tensor candidates: expected shape (C >= 1, 6), got {tuple(self.candidates.shape)}")
+        try:
+            check_params(self.candidates)
+        except ValueError as e:
+            raise ValueError(f"tensor candidates: {e}") from None
         C = self.candidates.shape[0]
+        check_mask_size(block_grid_of(self.grid, self.tile), C, f"{C} candidates")
         shape = (len(self.layers), len(self.bucket_edges) + 1, self.num_heads)
-        check_params(self.candidates)
-        if self.sq_err.shape != shape + (C,):
-            raise ValueError(f"loss table sq_err has shape {tuple(self.sq_err.shape)}, expected {shape + (C,)}")
-        for name in ("ref_sq", "count"):
-            if getattr(self, name).shape != shape:
-                raise ValueError(f"loss table {name} has shape {tuple(getattr(self, name).shape)}, expected {shape}")
-        if self.density.shape != (C,) or self.token_density.shape != (C,):
-            raise ValueError("loss table density must have one entry per candidate")
+        expected = {"density": (C,), "token_density": (C,), "sq_err": shape + (C,), "ref_sq": shape,
+                    "count": shape, "calls": shape[:2]}
+        for name, want in expected.items():
+            t = getattr(self, name)
+            if tuple(t.shape) != want:
+                raise ValueError(f"tensor {name}: expected shape {want}, got {tuple(t.shape)}")
+        for name in ("density", "token_density"):
+            t = getattr(self, name)
+            if not bool(((t >= 0) & (t <= 1)).all()):
+                raise ValueError(f"tensor {name}: expected values in [0, 1]")
+        if bool(torch.isnan(self.sq_err).any()) or bool((self.sq_err < 0).any()):
+            raise ValueError("tensor sq_err: expected values >= 0 (inf allowed)")
+        for name in ("ref_sq", "count", "calls"):
+            t = getattr(self, name)
+            if not bool((torch.isfinite(t.double()) & (t >= 0)).all()):
+                raise ValueError(f"tensor {name}: expected finite values >= 0")
 
     def summary(self, metric: str = "mse") -> str:
         loss = self.loss(metric)
@@ -390,6 +437,86 @@ class LossTable:
             f"candidates={self.candidates.shape[0]}, calls={int(self.calls.sum())}, "
             f"evaluated heads={int((~torch.isnan(loss).all(-1)).sum())})"
         )
+
+
+@contextlib.contextmanager
+def _read_safetensors(path, fmt: str, version: int, what: str):
+    """``(safe_open handle, header dict)`` of a safetensors file of format ``fmt``; every
+    failure to read it becomes a one-line ValueError (format and version checked first)."""
+    from safetensors import safe_open
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise ValueError("no such file")
+    if not os.path.isfile(path):
+        raise ValueError(f"not a file (a {what} is one .safetensors file)")
+    try:
+        f = safe_open(path, framework="pt")
+    except Exception as e:  # SafetensorError, OSError: not a safetensors file
+        raise ValueError(f"not a {what} (cannot read it as safetensors: {clip(_one_line(e), 160)})") from None
+    with f:
+        meta = f.metadata() or {}
+        if meta.get("format") != fmt:
+            raise ValueError(f"not a {what} (metadata format {shown(meta.get('format'))}, expected {fmt!r})")
+        if meta.get("version") != str(version):
+            raise ValueError(f"{what} version {shown(meta.get('version'))}; this code reads version {version}")
+        try:
+            header = json_loads(meta.get("header", ""), "header")
+        except ValueError as e:
+            raise ValueError(str(e)) from None
+        FieldChecks.obj(header, "header")
+        try:
+            yield f, header
+        except ValueError:
+            raise
+        except Exception as e:  # a tensor that cannot be read
+            raise ValueError(f"cannot read its tensors ({type(e).__name__}: {clip(_one_line(e), 160)})") from None
+
+
+def _one_line(e) -> str:
+    return " ".join(str(e).split())
+
+
+def _table_header(h) -> dict:
+    """The LossTable fields stored in a table's JSON header, validated."""
+    V = FieldChecks
+    V.keys(h, "header", _TABLE_HEADER)
+    num_heads = V.int_(h["num_heads"], "header.num_heads", 1, 1024)
+    grid = tuple(V.int_(x, f"header.grid[{i}]", 1, MAX_GRID_AXIS)
+                 for i, x in enumerate(V.list_(h["grid"], "header.grid", 3)))
+    tile = tuple(V.int_(x, f"header.tile[{i}]", 1, MAX_TILE_AXIS)
+                 for i, x in enumerate(V.list_(h["tile"], "header.tile", 3)))
+    check_grid_and_tile(grid, tile, num_heads, "header.grid", "header.tile")
+    layers = [V.int_(x, f"header.layers[{i}]", 0, MAX_LAYERS - 1)
+              for i, x in enumerate(V.list_(h["layers"], "header.layers", max_len=MAX_LAYERS))]
+    if any(b <= a for a, b in zip(layers, layers[1:])):
+        raise ValueError("header.layers: expected distinct layer ids in ascending order")
+    edges = [V.num(x, f"header.bucket_edges[{i}]")
+             for i, x in enumerate(V.list_(h["bucket_edges"], "header.bucket_edges", max_len=MAX_BUCKET_EDGES))]
+    if any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError("header.bucket_edges: expected strictly ascending values")
+    if h["fields"] != list(FIELDS):
+        raise ValueError(f"header.fields: expected {list(FIELDS)}, got {shown(h['fields'])}")
+    return {"grid": grid, "tile": tile, "layers": layers, "bucket_edges": edges, "num_heads": num_heads,
+            "settings": _table_settings(h["settings"])}
+
+
+def _table_settings(st) -> dict:
+    """A table's free-form settings; the entries that end up in a preset are validated."""
+    V = FieldChecks
+    V.obj(st, "header.settings")
+    if "family" in st:
+        check_family(st["family"], "header.settings.family")
+    if "fingerprint" in st:
+        check_fingerprint(st["fingerprint"], "header.settings.fingerprint")
+    if "model_name" in st:
+        V.str_(st["model_name"], "header.settings.model_name", 200)
+    if "prompts" in st:
+        V.int_(st["prompts"], "header.settings.prompts", 0, 1 << 16)
+    for key in ("query_tiles", "rows_per_tile"):
+        if key in st:
+            V.int_(st[key], f"header.settings.{key}", 1, 1 << 20, null=True)
+    return dict(st)
 
 
 def _lexargmin(k1, k2, k3):
@@ -641,7 +768,8 @@ def estimate_sample_bytes(shape, dtype=torch.bfloat16) -> int:
 
 
 def save_qkv_sample(path, q, k, v, *, layer: int, step: float, grid, extra_tokens: int = 0) -> int:
-    """Write one attention call's q, k, v (B, L, H, D) as safetensors; returns bytes written."""
+    """Write one attention call's q, k, v (B, L, H, D) as safetensors (never through a
+    symbolic link, see ``kernels._files``); returns bytes written."""
     from safetensors.torch import save_file
 
     B, L, H, D = check_qkv(q, k, v, for_kernel=False)
@@ -654,32 +782,47 @@ def save_qkv_sample(path, q, k, v, *, layer: int, step: float, grid, extra_token
                               "extra_tokens": int(extra_tokens)}),
     }
     tensors = {n: t.detach().to("cpu").contiguous() for n, t in (("q", q), ("k", k), ("v", v))}
-    save_file(tensors, str(path), metadata=meta)
+    write_file(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
     return os.path.getsize(path)
 
 
-def read_sample_header(path) -> dict:
-    from safetensors import safe_open
+def _sample_header(f, h) -> dict:
+    V = FieldChecks
+    V.keys(h, "header", ("grid", "layer", "step", "extra_tokens"))
+    if set(f.keys()) != {"q", "k", "v"}:
+        raise ValueError(f"tensors: expected q, k, v, got {shown(sorted(f.keys()))}")
+    shape = list(f.get_slice("q").get_shape())
+    if len(shape) != 4:
+        raise ValueError(f"tensor q: expected shape (B, L, H, D), got {shape}")
+    return {
+        "grid": check_grid([V.int_(x, f"header.grid[{i}]", 1, MAX_GRID_AXIS)
+                            for i, x in enumerate(V.list_(h["grid"], "header.grid", 3))], "header.grid"),
+        "layer": V.int_(h["layer"], "header.layer", 0, MAX_LAYERS - 1),
+        "step": V.num(h["step"], "header.step"),
+        "extra_tokens": V.int_(h["extra_tokens"], "header.extra_tokens", 0, 1 << 24),
+        "shape": shape,
+    }
 
-    with safe_open(str(path), framework="pt") as f:
-        meta = f.metadata() or {}
-        if meta.get("format") != SAMPLE_FORMAT:
-            raise ValueError(f"{path}: not a PSA q/k/v sample (format {meta.get('format')!r})")
-        h = json.loads(meta["header"])
-        h["shape"] = list(f.get_slice("q").get_shape())
-    h["grid"] = check_grid(h["grid"])
-    return h
+
+def read_sample_header(path) -> dict:
+    """The header of a sample (grid, layer, step, extra_tokens, shape of q), validated."""
+    try:
+        with _read_safetensors(path, SAMPLE_FORMAT, 1, "PSA q/k/v sample") as (f, h):
+            return _sample_header(f, h)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
 
 
 def load_qkv_sample(path):
     """(q, k, v, header) of a sample written by :func:`save_qkv_sample`."""
-    from safetensors import safe_open
-
-    h = read_sample_header(path)
-    with safe_open(str(path), framework="pt") as f:
-        q, k, v = (f.get_tensor(n) for n in ("q", "k", "v"))
-    check_qkv(q, k, v, for_kernel=False)
-    check_extra_tokens(h["extra_tokens"], q.shape[1], h["grid"])
+    try:
+        with _read_safetensors(path, SAMPLE_FORMAT, 1, "PSA q/k/v sample") as (f, h):
+            h = _sample_header(f, h)
+            q, k, v = (f.get_tensor(n) for n in ("q", "k", "v"))
+        check_qkv(q, k, v, for_kernel=False)
+        check_extra_tokens(h["extra_tokens"], q.shape[1], h["grid"])
+    except (ValueError, TypeError) as e:
+        raise ValueError(f"{path}: {e}") from None
     return q, k, v, h
 
 
@@ -815,66 +958,161 @@ def _maybe_init_distributed():
     return False
 
 
-def main(argv=None) -> int:
+PROG = "python -m kernels.psa_search"
+_EXAMPLES = {
+    None: """examples:
+  python -m kernels.psa_search search samples/ --tile 3 8 16 --out wan14b_720p.safetensors
+  torchrun --nproc_per_node 2 -m kernels.psa_search search samples/ --tile 3 8 16 --out wan14b_720p.safetensors
+  python -m kernels.psa_search show wan14b_720p.safetensors --sparsity 0.6
+  python -m kernels.psa_search select wan14b_720p.safetensors --alpha 0.007 --out wan14b_720p.json \\
+      --name wan14b_720p --family wan --model-name Wan2.1-T2V-14B --fingerprint 40 40 128 5120
+
+Step by step: docs/PRESETS.md.""",
+    "search": """examples:
+  python -m kernels.psa_search search samples/ --tile 3 8 16 --out wan14b_720p.safetensors
+  python -m kernels.psa_search search samples/ --tile 3 8 16 --out t.safetensors --bucket-edges 0.5 --query-tiles 0
+  torchrun --nproc_per_node 2 -m kernels.psa_search search samples/ --tile 3 8 16 --out t.safetensors""",
+    "select": """examples:
+  python -m kernels.psa_search select t.safetensors --alpha 0.007 --out wan14b_720p.json --name wan14b_720p \\
+      --family wan --model-name Wan2.1-T2V-14B --fingerprint 40 40 128 5120 --prompts 2
+  python -m kernels.psa_search select t.safetensors --sparsity 0.6 --metric rel --out hy.json --name hy_720p \\
+      --family hunyuan_video --model-name HunyuanVideo --fingerprint 60 24 128 3072""",
+    "show": """examples:
+  python -m kernels.psa_search show t.safetensors
+  python -m kernels.psa_search show t.safetensors --alpha 0.007 --metric mse""",
+}
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every option's default after its help (required ones have none; a help that states
+    its default itself is left alone), the examples epilog as written."""
+
+    def _get_help_string(self, action):
+        if action.required or action.default is None or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _arg_type(parse, what):
+    def convert(text):
+        try:
+            return parse(text, what)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e).split(": ", 1)[1]) from None
+
+    convert.__name__ = what
+    return convert
+
+
+_INT, _FLOAT = _arg_type(parse_int, "integer"), _arg_type(parse_float, "number")
+
+
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
-        prog="python -m kernels.psa_search",
+        prog=PROG, formatter_class=_HelpFormatter, epilog=_EXAMPLES[None],
         description="PSA-Search from saved q/k/v samples (run under torchrun to spread heads over processes).",
     )
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("search", help="evaluate every candidate on the samples, write a loss table")
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="{search,select,show}")
+
+    def command(name, help):
+        return sub.add_parser(name, help=help, description=help[0].upper() + help[1:] + ".",
+                              formatter_class=_HelpFormatter, epilog=_EXAMPLES[name])
+
+    s = command("search", "evaluate every candidate on the samples, write a loss table")
     s.add_argument("samples", nargs="+", help="sample files (.safetensors) or folders holding them")
-    s.add_argument("--tile", type=int, nargs=3, required=True, metavar=("BT", "BH", "BW"))
-    s.add_argument("--out", required=True, help="loss table to write (.safetensors)")
-    s.add_argument("--max-candidates", type=int, default=128)
-    s.add_argument("--candidates-json", help="JSON list of extra [Tw,To,Ts,Sw,So,Ss] rows to add")
-    s.add_argument("--query-tiles", type=int, default=32, help="query blocks sampled per call (0: all)")
-    s.add_argument("--rows-per-tile", type=int, default=32, help="query rows sampled per block (0: all)")
-    s.add_argument("--bucket-edges", type=float, nargs="*", default=[], help="step bucket edges (progress in [0,1])")
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--device", default=None)
-    sel = sub.add_parser("select", help="pick masks from a loss table and write a preset")
-    sel.add_argument("table")
+    s.add_argument("--tile", type=_INT, nargs=3, required=True, metavar=("BT", "BH", "BW"),
+                   help="PSA tile in tokens (frames, rows, columns); required")
+    s.add_argument("--out", required=True, help="loss table to write (.safetensors); required")
+    s.add_argument("--max-candidates", type=_INT, default=128, help="candidate masks per head")
+    s.add_argument("--candidates-json", default=None,
+                   help="JSON list of extra [Tw,To,Ts,Sw,So,Ss] rows to add (default: none)")
+    s.add_argument("--query-tiles", type=_INT, default=32, help="query blocks sampled per call (0: all)")
+    s.add_argument("--rows-per-tile", type=_INT, default=32, help="query rows sampled per block (0: all)")
+    s.add_argument("--bucket-edges", type=_FLOAT, nargs="*", default=[],
+                   help="step bucket edges, ascending progress values in (0, 1) (default: none, one bucket)")
+    s.add_argument("--seed", type=_INT, default=0, help="seed of the candidate and row sampling")
+    s.add_argument("--device", default=None,
+                   help="torch device of the evaluation, e.g. cpu or cuda:1 (default: the current CUDA "
+                        "device when there is one, else the CPU)")
+    sel = command("select", "pick masks from a loss table and write a preset")
+    sel.add_argument("table", help="loss table written by the search (.safetensors)")
     g = sel.add_mutually_exclusive_group(required=True)
-    g.add_argument("--alpha", type=float)
-    g.add_argument("--sparsity", type=float)
-    sel.add_argument("--metric", default="mse", choices=["mse", "rel"])
-    sel.add_argument("--out", required=True, help="preset to write (.json)")
-    sel.add_argument("--name", required=True)
-    sel.add_argument("--family", required=True)
-    sel.add_argument("--model-name", required=True)
-    sel.add_argument("--fingerprint", type=int, nargs=4, required=True, metavar=("LAYERS", "HEADS", "HEAD_DIM", "HIDDEN"))
-    sel.add_argument("--prompts", type=int, default=1)
-    sel.add_argument("--author", default="")
-    sel.add_argument("--notes", default="")
-    show = sub.add_parser("show", help="summarise a loss table, optionally with a selection")
-    show.add_argument("table")
-    show.add_argument("--alpha", type=float)
-    show.add_argument("--sparsity", type=float)
-    show.add_argument("--metric", default="mse", choices=["mse", "rel"])
-    args = ap.parse_args(argv)
+    g.add_argument("--alpha", type=_FLOAT, help="loss budget: per head the sparsest mask with loss <= alpha "
+                                                "(this or --sparsity is required)")
+    g.add_argument("--sparsity", type=_FLOAT, help="target sparsity in [0, 1]: per head the lowest-loss mask "
+                                                   "at least this sparse (this or --alpha is required)")
+    sel.add_argument("--metric", default="mse", choices=["mse", "rel"],
+                     help="loss: mse (mean squared error) or rel (relative to the dense output's energy)")
+    sel.add_argument("--out", required=True, help="preset to write (.json); required")
+    sel.add_argument("--name", required=True, help="preset name, [A-Za-z0-9._-], 1-64 characters; required")
+    sel.add_argument("--family", required=True, choices=KNOWN_FAMILIES,
+                     help="model family the nodes know (%(choices)s); required")
+    sel.add_argument("--model-name", required=True, help="model name stored in the preset; required")
+    sel.add_argument("--fingerprint", type=_INT, nargs=4, required=True,
+                     metavar=("LAYERS", "HEADS", "HEAD_DIM", "HIDDEN"),
+                     help="the model's layers, heads, head dim and hidden size; required")
+    sel.add_argument("--prompts", type=_INT, default=1, help="prompts the table was searched on")
+    sel.add_argument("--author", default="", help="author stored in the preset (default: empty)")
+    sel.add_argument("--notes", default="", help="free text stored in the preset (default: empty)")
+    show = command("show", "summarise a loss table, optionally with a selection")
+    show.add_argument("table", help="loss table written by the search (.safetensors)")
+    show.add_argument("--alpha", type=_FLOAT, default=None, help="also show the selection for this loss budget "
+                                                                 "(default: none)")
+    show.add_argument("--sparsity", type=_FLOAT, default=None, help="also show the selection for this target "
+                                                                    "sparsity (default: none)")
+    show.add_argument("--metric", default="mse", choices=["mse", "rel"], help="loss of the selection")
+    return ap
 
-    if args.cmd == "search":
-        import time
 
-        paths = []
-        for p in args.samples:
-            if os.path.isdir(p):
-                paths += sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".safetensors"))
-            else:
-                paths.append(p)
-        started = _maybe_init_distributed()
-        import torch.distributed as dist
+def _sample_paths(items) -> list:
+    paths = []
+    for p in items:
+        if os.path.isdir(p):
+            found = sorted(os.path.join(p, f) for f in os.listdir(p) if f.endswith(".safetensors"))
+            if not found:
+                raise ValueError(f"{p}: the folder holds no .safetensors sample files")
+            paths += found
+        elif not os.path.exists(p):
+            raise ValueError(f"{p}: no such file or folder")
+        else:
+            paths.append(p)
+    return paths
 
+
+def _device(text):
+    if text is None:
+        return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else None
+    try:
+        dev = torch.device(text)
+    except RuntimeError:
+        raise ValueError(f"--device: {shown(text)} is not a torch device (e.g. cpu, cuda, cuda:1)") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device: {text}: CUDA is not available here")
+    return str(dev)
+
+
+def _search(args) -> int:
+    import time
+
+    import torch.distributed as dist
+
+    paths = _sample_paths(args.samples)
+    tile = check_tile(args.tile, "--tile")
+    if args.max_candidates < 1 or args.query_tiles < 0 or args.rows_per_tile < 0 or args.seed < 0:
+        raise ValueError("--max-candidates must be >= 1; --query-tiles, --rows-per-tile and --seed >= 0")
+    device = _device(args.device)
+    h0 = read_sample_header(paths[0])
+    extra = json_loads(args.candidates_json, "--candidates-json") if args.candidates_json else ()
+    try:
+        cands = candidate_space(h0["grid"], tile, max_candidates=args.max_candidates, seed=args.seed, extra=extra)
+    except ValueError as e:
+        raise ValueError(f"--tile / --candidates-json: {e}") from None
+    started = _maybe_init_distributed()
+    try:
         rank = dist.get_rank() if dist.is_initialized() else 0
-        h0 = read_sample_header(paths[0])
-        extra = json.loads(args.candidates_json) if args.candidates_json else ()
-        cands = candidate_space(h0["grid"], args.tile, max_candidates=args.max_candidates, seed=args.seed, extra=extra)
-        device = args.device
-        if device is None and torch.cuda.is_available():
-            device = f"cuda:{torch.cuda.current_device()}"
         t0 = time.time()
         table = search_samples(
-            paths, tile=args.tile, candidates=cands, bucket_edges=args.bucket_edges,
+            paths, tile=tile, candidates=cands, bucket_edges=args.bucket_edges,
             query_tiles=args.query_tiles or None, rows_per_tile=args.rows_per_tile or None,
             seed=args.seed, device=device,
         )
@@ -883,22 +1121,27 @@ def main(argv=None) -> int:
             table.save(args.out)
             print(table.summary())
             print(f"wrote {args.out} in {table.settings['seconds']:.1f} s")
+    finally:
         if started:
             dist.destroy_process_group()
-        return 0
+    return 0
 
+
+def _show(args) -> int:
     table = LossTable.load(args.table)
-    if args.cmd == "show":
-        print(table.summary())
-        if args.alpha is not None or args.sparsity is not None:
-            s = table.select(alpha=args.alpha, target_sparsity=args.sparsity, metric=args.metric)
-            print(f"selection {s.rule}: mean sparsity {s.mean_sparsity:.3f}")
-            for bi in range(s.params.shape[0]):
-                for li, layer in enumerate(s.layers):
-                    picks = ", ".join(format_params(r) for r in s.params[bi, li])
-                    print(f"  bucket {bi} layer {layer}: {picks}")
-        return 0
+    print(table.summary())
+    if args.alpha is not None or args.sparsity is not None:
+        s = table.select(alpha=args.alpha, target_sparsity=args.sparsity, metric=args.metric)
+        print(f"selection {s.rule}: mean sparsity {s.mean_sparsity:.3f}")
+        for bi in range(s.params.shape[0]):
+            for li, layer in enumerate(s.layers):
+                picks = ", ".join(format_params(r) for r in s.params[bi, li])
+                print(f"  bucket {bi} layer {layer}: {picks}")
+    return 0
 
+
+def _select(args) -> int:
+    table = LossTable.load(args.table)
     L, Hn, Dh, hidden = args.fingerprint
     preset = write_preset(
         table, args.out, alpha=args.alpha, target_sparsity=args.sparsity, metric=args.metric, name=args.name,
@@ -908,6 +1151,16 @@ def main(argv=None) -> int:
     )
     print(f"wrote {args.out}: sparsity {preset.stats['sparsity']:.3f}")
     return 0
+
+
+def main(argv=None) -> int:
+    """The command line; returns the exit status (2 with a one-line error on bad input)."""
+    args = _parser().parse_args(argv)
+    try:
+        return {"search": _search, "show": _show, "select": _select}[args.cmd](args)
+    except (ValueError, OSError) as e:
+        print(f"{PROG}: error: {' '.join(str(e).split())}"[:2000], file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

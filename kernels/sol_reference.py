@@ -8,14 +8,15 @@ or row-major blocks). Query row r of block i attends, in one softmax,
   the same times V̄_j in the numerator (the paper's zero-order Taylor term, counted with the
   block's true length).
 A row with no term at all (only possible without the correction) outputs zeros, unless its
-query holds a NaN. NaN anywhere in a term the method computes propagates (NaN in, NaN out).
+query holds a NaN. Nothing else is zeroed: a NaN in q, k or v gives NaN where dense attention
+does (a query block whose routing is NaN is all exact, see ``sol_routing``).
 """
 from __future__ import annotations
 
 import torch
 
 from ._checks import check_estimator, check_qkv, check_token_ranges, per_head_beta, resolve_scale
-from .sol_routing import block_thresholds, forced_key_blocks, sol_layout
+from .sol_routing import block_thresholds, exact_blocks, forced_key_blocks, sol_layout
 
 # Query rows per step of the reference; bounds its memory to rows · L floats per (batch, head).
 _REFERENCE_ROWS_PER_CHUNK = 1024
@@ -45,7 +46,7 @@ def pooled_means(x: torch.Tensor, layout) -> torch.Tensor:
 
 def _selection(q_mean, k_mean, tau, forced, keep_diagonal, scale):
     proxy = scale * (q_mean.float() @ k_mean.float().transpose(-1, -2))  # (B, H, N, N)
-    selected = (proxy > tau[..., None]) | forced
+    selected = exact_blocks(proxy, tau[..., None]) | forced
     if keep_diagonal:
         idx = torch.arange(proxy.shape[-1], device=proxy.device)
         selected |= (idx[:, None] - idx[None, :]).abs() <= 1

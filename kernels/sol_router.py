@@ -28,7 +28,7 @@ import triton.language as tl
 
 from .block_mask import BlockLayout, BlockMask
 from .block_sparse import PooledBlocks, device_guard
-from .tile_loop import dot_dtype_for
+from .tile_loop import dot_dtype_for, head_offset
 
 ROUTE_ROWS = 32   # query blocks per routing program (a dot operand: >= 16)
 ROUTE_CHUNK = 64  # pooled keys per routing step: one bitmap word
@@ -43,8 +43,8 @@ def _pool_kernel(
 ):
     blk = tl.program_id(0)
     bh = tl.program_id(1)
-    b = (bh // group_heads).to(tl.int64)
-    h = (head_base + bh % group_heads).to(tl.int64)
+    b = bh // group_heads
+    h = head_base + bh % group_heads
     local = tl.arange(0, SLOTS)
     offs_d = tl.arange(0, HEAD_DIM)
     rows = tl.load(ROW_MAP + blk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
@@ -52,11 +52,14 @@ def _pool_kernel(
     rows = tl.maximum(rows, 0).to(tl.int64)[:, None]
     inv_len = 1.0 / tl.load(BLOCK_LEN + blk).to(tl.float32)
     out = (bh.to(tl.int64) * num_blocks + blk) * HEAD_DIM + offs_d
-    x = tl.load(Q + b * stride_qb + h * stride_qh + rows * stride_qn + offs_d[None, :], mask=ok, other=0.0)
+    x = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows * stride_qn + offs_d[None, :], mask=ok,
+                other=0.0)
     tl.store(Q_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
-    x = tl.load(K + b * stride_kb + h * stride_kh + rows * stride_kn + offs_d[None, :], mask=ok, other=0.0)
+    x = tl.load(K + head_offset(b, h, stride_kb, stride_kh) + rows * stride_kn + offs_d[None, :], mask=ok,
+                other=0.0)
     tl.store(K_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
-    x = tl.load(V + b * stride_vb + h * stride_vh + rows * stride_vn + offs_d[None, :], mask=ok, other=0.0)
+    x = tl.load(V + head_offset(b, h, stride_vb, stride_vh) + rows * stride_vn + offs_d[None, :], mask=ok,
+                other=0.0)
     tl.store(V_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
 
 
@@ -85,7 +88,8 @@ def _route_kernel(
         km = tl.load(K_MEAN + (base + cols[:, None]) * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
         proxy = tl.dot(qm, tl.trans(km.to(DOT_DTYPE))) * sm_scale
         forced = tl.load(FORCED + cols, mask=col_ok, other=0) != 0
-        picked = (proxy > tau[:, None]) | forced[None, :]
+        # "not <=": a NaN proxy or threshold makes the block exact (sol_routing.exact_blocks).
+        picked = ((proxy <= tau[:, None]) == 0) | forced[None, :]
         if KEEP_DIAGONAL:
             picked = picked | (tl.abs(cols[None, :] - qrows[:, None]) <= 1)
         picked = picked & col_ok[None, :] & row_ok[:, None]

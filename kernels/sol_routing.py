@@ -14,8 +14,11 @@ Definitions (one head, scale s, N blocks, block j holds len_j real tokens):
 - exact estimator:    σ_i² = s² · Q̄_i C Q̄_iᵀ,  C = (1/N) Σ_j (K̄_j − m)(K̄_j − m)ᵀ.
 - diagonal estimator: σ_i² = s² · (Q̄_i ⊙ Q̄_i) · diag(C).
   (μ_i and the exact σ_i are the mean and standard deviation of row i's proxy scores.)
-- τ_i = μ_i + β·σ_i; key block j is exact for query block i iff ŝ_ij > τ_i, or it is forced
-  (sink tokens, extra blocks, the ±1 neighbours with ``keep_diagonal``).
+- τ_i = μ_i + β·σ_i; key block j is exact for query block i iff not ŝ_ij <= τ_i, or it is
+  forced (sink tokens, extra blocks, the ±1 neighbours with ``keep_diagonal``). "Not <=" rather
+  than ">": a comparison that cannot be decided (ŝ or τ NaN, from a NaN or inf in q or k) makes
+  the block exact, so such a query block is plain dense attention, NaN exactly where dense
+  attention gives NaN, never a finite pooled guess.
 - β = −inf selects every block, β = +inf none (before the forced ones).
 - A sequence of a single block is always exact: its one proxy score equals μ and σ = 0, so
   the comparison would be decided by rounding alone.
@@ -87,6 +90,12 @@ def _cached_forced(layout: BlockLayout, sinks: tuple) -> torch.Tensor:
     for start, end in sinks:
         forced[start // SOL_BLOCK: (end - 1) // SOL_BLOCK + 1] = True
     return forced.to(layout.device)
+
+
+def exact_blocks(proxy: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Bool: which proxy scores make their block exact against the thresholds ``tau``
+    (broadcast); the kernel's router compares the same way."""
+    return ~(proxy <= tau)
 
 
 def block_thresholds(q_mean, k_mean, beta: torch.Tensor, estimator: str, scale: float) -> torch.Tensor:

@@ -53,6 +53,15 @@ def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def head_offset(b, h, stride_b, stride_h):
+    """Element offset of (batch ``b``, head ``h``) in a (B, L, H, D) tensor, in 64 bits. With
+    heads-first storage (HunyuanVideo hands q/k/v over as (B, H, L, D)) ``h * stride_h``
+    passes 2**31 once (H - 1)·L·D does (64 heads of 270,336 tokens × 128), and a 32-bit
+    product would silently address another head's memory."""
+    return b.to(tl.int64) * stride_b + h.to(tl.int64) * stride_h
+
+
+@triton.jit
 def next_block_id(block_ids, blk_next, t, n_steps, SUB: tl.constexpr):
     """Block of loop step ``t`` (``blk_next``, fetched one step earlier) and the block of step
     t + 1. Fetching the id in the step that uses it put its load latency in front of every

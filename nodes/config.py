@@ -1,6 +1,10 @@
 """Settings of one "Sparse Attention Patch": parsing and validation, no ComfyUI import.
 
-Every error names the widget so the user can fix the node.
+Every error names the widget so the user can fix the node. Numbers in text widgets are
+read with ASCII digits only (``kernels._checks.parse_int``; Python's ``int`` would also read
+"１" as 1), and patterns are matched in full (``re.fullmatch``: ``$`` would let a trailing
+newline through). A ``sol_tile`` tile holds 64 tokens and has the limits of
+``kernels.layout.check_tile``, checked here, before any layout is built.
 """
 from __future__ import annotations
 
@@ -9,10 +13,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ._kernels import kernels_module
+
 METHODS = ("sol_attn", "psa", "dense")
 ESTIMATORS = ("exact", "diag")
 BACKENDS = ("auto", "triton", "reference")
 PRESET_GRID_POLICIES = ("refuse", "rescale")  # kernels.presets.Preset.params_for_grid
+
+
+_BLOCK_RANGE = re.compile(r"\s*(-?[0-9]{1,9})\s*(?:(?<=[0-9])\s*-\s*(-?[0-9]{1,9}))?\s*", re.ASCII)
 
 
 def parse_block_list(text: str) -> tuple[tuple[int, int], ...]:
@@ -32,7 +41,7 @@ def parse_block_list(text: str) -> tuple[tuple[int, int], ...]:
         if part.strip() == "":
             continue
         # "a-b" where a and b may be negative: split on a '-' that follows a digit
-        m = re.match(r"^\s*(-?\d+)\s*(?:(?<=\d)\s*-\s*(-?\d+))?\s*$", part)
+        m = _BLOCK_RANGE.fullmatch(part)
         if m is None:
             raise ValueError(
                 f"dense_blocks: cannot read {part.strip()!r}; write block indices or ranges "
@@ -60,22 +69,25 @@ def resolve_blocks(ranges, total_blocks: int) -> frozenset:
     return frozenset(blocks)
 
 
-def parse_tile(text: str) -> Optional[tuple[int, int, int]]:
-    """Parse a tile widget: ``"off"``/``""`` → None, ``"bt,bh,bw"`` → a 3D tile."""
+def parse_tile(text: str, widget: str = "sol_tile") -> Optional[tuple[int, int, int]]:
+    """Parse a tile widget (``sol_tile``, the search's ``tile``): ``"off"``/``""`` → None,
+    ``"bt,bh,bw"`` → a 3D tile within ``kernels.layout``'s limits; errors name ``widget``."""
     if text is None:
         return None
     t = str(text).strip().lower()
     if t in ("", "off", "none", "no"):
         return None
     parts = [p for p in re.split(r"[,x×\s]+", t) if p]
+    checks = kernels_module("_checks")
     try:
-        tile = tuple(int(p) for p in parts)
+        tile = tuple(checks.parse_int(p, widget) for p in parts)
     except ValueError:
         tile = ()
     if len(tile) != 3 or any(v < 1 for v in tile):
         raise ValueError(
-            f"expected \"off\" or three positive integers bt,bh,bw (e.g. \"2,4,8\"), got {text!r}")
-    return tile  # type: ignore[return-value]
+            f"{widget}: expected \"off\" or three positive integers bt,bh,bw (e.g. \"2,4,8\"), "
+            f"got {checks.shown(text)}")
+    return kernels_module("layout").check_tile(tile, widget)
 
 
 SOL_TILE_AUTO = "auto"
@@ -86,10 +98,7 @@ def parse_sol_tile(text: str):
     ``"off"`` (row-major 64-token blocks) → None, or ``"bt,bh,bw"`` with bt·bh·bw = 64."""
     if str(text).strip().lower() == SOL_TILE_AUTO:
         return SOL_TILE_AUTO
-    try:
-        tile = parse_tile(text)
-    except ValueError as e:
-        raise ValueError(f"sol_tile: {e}; or \"auto\"") from None
+    tile = parse_tile(text, "sol_tile")
     if tile is not None and tile[0] * tile[1] * tile[2] != 64:
         raise ValueError(f"sol_tile: {text!r} holds {tile[0] * tile[1] * tile[2]} tokens; a Sol block "
                          "is 64 tokens (bt·bh·bw = 64, e.g. \"2,4,8\" or \"1,8,8\")")
@@ -116,8 +125,7 @@ class PatchConfig:
     def effective_beta(self) -> float:
         """β used by Sol-Attn: from ``target_sparsity`` when it is set, else ``beta``."""
         if self.target_sparsity > 0.0:
-            from ._kernels import kernels
-            return float(kernels.beta_for_density(1.0 - self.target_sparsity))
+            return float(kernels_module("sol_routing").beta_for_density(1.0 - self.target_sparsity))
         return float(self.beta)
 
     def warmup_steps(self, total_steps: int) -> int:

@@ -28,10 +28,13 @@ Rules, in order (the first that applies gives the reason a call stays dense):
 ``method_dense`` → ``not_video_self_attention`` (cross, audio, text refiner, anything outside
 a hooked module) → ``mask`` → ``warmup`` / ``final_dense`` → ``dense_block`` →
 ``min_tokens`` → ``grid`` (tokens do not form the latent grid) → ``backend`` (auto on a
-machine without CUDA) / ``device`` / ``dtype`` / ``head_dim`` → PSA ``preset_grid`` (the
-preset refuses this token grid, ``kernels.presets.Preset.params_for_grid``) → sparse.
-A kernel exception falls back to dense (``kernel_error``). Every reason is logged once per
-patched model; unexpected ones as warnings.
+machine without CUDA) / ``device`` / ``dtype`` / ``head_dim`` → Sol ``sol_tile`` (the chosen
+tile pads this grid beyond ``kernels.layout``'s limit) → PSA ``preset_grid`` (the preset refuses
+this token grid, or its masks on it would exceed ``kernels.psa_mask``'s size limits:
+``kernels.presets.Preset.params_for_grid``) → sparse. An exception while deciding
+(``plan_error``) or in the kernel (``kernel_error``) falls back to dense: nothing a preset or
+a widget holds can fail the sampler. Every reason is logged once per patched model;
+unexpected ones as warnings.
 
 Achieved density (run summary): Sol-Attn reports the share of exactly computed key blocks
 per head (the kernel's statistics); PSA the share of kept video-token pairs of the preset's
@@ -77,7 +80,9 @@ _REASON_TEXT = {
     "device": "the Triton kernels need a CUDA tensor",
     "dtype": "the Triton kernels take float16/bfloat16 only",
     "head_dim": "the Triton kernels take head dim 64 or 128 only",
-    "preset_grid": "the preset was made for another token grid",
+    "sol_tile": "the sol_tile tile does not fit this video's token grid",
+    "preset_grid": "the preset cannot run on this token grid",
+    "plan_error": "preparing the sparse call raised an exception",
     "kernel_error": "the sparse kernel raised an exception",
 }
 
@@ -251,6 +256,7 @@ class SparseAttention:
 
     # ------------------------------------------------------------------ logging / stats
     def _note(self, reason: str, detail: str = ""):
+        detail = kernels_module("_checks").clip(detail, 1000)
         self.stats.notes.setdefault(reason, _REASON_TEXT.get(reason, reason)
                                     + (f": {detail}" if detail else ""))
         if reason in self._logged:
@@ -467,6 +473,12 @@ class SparseAttention:
         if backend is None:
             return why, f"{q.device.type} {q.dtype} head_dim={head_dim}"
         plan = {"backend": backend, "grid": grid, "n_video": n_video, "seq_len": lq}
+        if cfg.method == "sol_attn" and cfg.sol_tile not in (None, SOL_TILE_AUTO):
+            layout = kernels_module("layout")
+            try:
+                layout.check_padding(layout.check_grid(grid), cfg.sol_tile, "sol_tile")
+            except ValueError as e:
+                return "sol_tile", str(e)
         if cfg.method == "psa":
             preset, why = self._preset_for_grid(grid)
             if preset is None:
@@ -481,7 +493,8 @@ class SparseAttention:
         return f.step / f.total if f.step is not None and f.total else 0.0
 
     def _preset_for_grid(self, grid):
-        """The preset on this token grid, by ``Preset.params_for_grid`` (cached per grid)."""
+        """The preset on this token grid, by ``Preset.params_for_grid`` (cached per grid, a
+        refusal too: a preset that cannot run on a grid is not retried on every call)."""
         if grid not in self._grid_presets:
             try:
                 with warnings.catch_warnings(record=True) as caught:
@@ -490,8 +503,9 @@ class SparseAttention:
                 for w in caught:
                     log.warning("[sparse-video-attention] %s", w.message)
                 self._grid_presets[grid] = (p, "")
-            except ValueError as e:
-                self._grid_presets[grid] = (None, str(e))
+            except Exception as e:  # a refusal (ValueError), or e.g. no memory: not the run's problem
+                why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+                self._grid_presets[grid] = (None, why)
         return self._grid_presets[grid]
 
     def _psa_params(self, preset, grid, block, progress):
@@ -510,7 +524,10 @@ class SparseAttention:
         if q is None or k is None or v is None or heads is None:
             return self._dense(func, args, kwargs)
 
-        reason, plan = self.decide(q, k, heads, mask, skip_reshape)
+        try:
+            reason, plan = self.decide(q, k, heads, mask, skip_reshape)
+        except Exception as e:  # never crash a workflow
+            reason, plan = "plan_error", f"{type(e).__name__}: {e}"
         if reason is not None:
             self._note(reason, plan)
             self._count(reason)

@@ -9,7 +9,10 @@ run) and draws, with numpy only (:mod:`.draw`):
   run's sparse calls (Sol-Attn: the share of exactly computed key blocks; PSA: the share of
   kept token pairs of the mask);
 - ``psa_masks``: the per-head block masks of a PSA preset for one block on its grid (the
-  video's grid when the run had one the preset accepts), query blocks as rows;
+  video's grid when the run had one the preset accepts), query blocks as rows. Masks that
+  cannot be drawn (a layer the preset lacks, masks beyond ``kernels.psa_mask``'s size limits)
+  give a message image and the reason in ``summary["psa_masks"]["error"]``, never a failed
+  node;
 - ``summary``: a short JSON of the run (calls sparse/dense by reason, densities per step and
   block, schedule, preset, search).
 """
@@ -181,13 +184,18 @@ def render(model=None, preset=None, mask_layer=0):
     else:
         grid = s.get("grid") if s is not None else None
         policy = d.config.preset_grid if d is not None else "refuse"
-        m, dens, g, layer = preset_masks(preset, int(mask_layer), grid, policy)
-        titles = [f"H{h} {100 * float(x):.0f}%" for h, x in enumerate(dens)]
-        masks = draw.mask_tiles(m, titles, f"PSA {preset.name} LAYER {layer} GRID "
-                                           f"{'X'.join(map(str, g))}")
-        info["psa_masks"] = {"preset": preset.name, "layer": layer, "grid": list(g),
-                             "tile": list(preset.tile),
-                             "head_density": [round(float(x), 4) for x in dens]}
+        try:
+            m, dens, g, layer = preset_masks(preset, int(mask_layer), grid, policy)
+        except ValueError as e:
+            masks = draw.message_image("PSA MASKS", "CANNOT DRAW THEM: SEE THE SUMMARY")
+            info["psa_masks"] = {"preset": getattr(preset, "name", None), "error": str(e)}
+        else:
+            titles = [f"H{h} {100 * float(x):.0f}%" for h, x in enumerate(dens)]
+            masks = draw.mask_tiles(m, titles, f"PSA {preset.name} LAYER {layer} GRID "
+                                               f"{'X'.join(map(str, g))}")
+            info["psa_masks"] = {"preset": preset.name, "layer": layer, "grid": list(g),
+                                 "tile": list(preset.tile),
+                                 "head_density": [round(float(x), 4) for x in dens]}
     return [to_image(density), to_image(heads), to_image(masks)], info
 
 

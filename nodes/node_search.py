@@ -16,7 +16,7 @@ from comfy_api.latest import io
 from ._kernels import kernels_module
 from .node_patch import Preset
 from .presets import MODELS_SUBFOLDER, presets_dir
-from .search import (NAME_RE, QKV_SUBFOLDER, TABLES_SUBFOLDER, make_search_config,
+from .search import (MAX_CANDIDATES, QKV_SUBFOLDER, TABLES_SUBFOLDER, make_search_config,
                      patch_model_for_search)
 
 CATEGORY = "model_patches/sparse_attention"
@@ -52,7 +52,9 @@ class PSAMaskSearch(io.ComfyNode):
                                 tooltip="PSA block (tile) bt,bh,bw in latent tokens after "
                                         "patchify: frames, rows, columns. Masks are searched on "
                                         "the block grid ceil(grid / tile). 3,8,16 suits Wan "
-                                        "720p (grid 21×45×80)."),
+                                        "720p (grid 21×45×80). Each axis at most 256, at most "
+                                        "4096 tokens in all; the block grid may have at most "
+                                        "2048 blocks."),
                 io.String.Input("steps", default="",
                                 tooltip="Denoising steps (0-based, of the full schedule) whose "
                                         "attention calls are evaluated: indices or ranges, "
@@ -63,7 +65,7 @@ class PSAMaskSearch(io.ComfyNode):
                                         "(0, 1) (progress = step / steps), e.g. \"0.5\" gives "
                                         "separate masks for the first and second half. Empty = "
                                         "one mask per head for all steps."),
-                io.Int.Input("max_candidates", default=128, min=1, max=4096,
+                io.Int.Input("max_candidates", default=128, min=1, max=MAX_CANDIDATES,
                              tooltip="Candidate masks per head (the dense mask and the SVG/STA "
                                      "shaped anchors are always kept; the rest sampled with the "
                                      "seed). Cost grows linearly."),
@@ -149,16 +151,16 @@ class PSAMaskSelect(io.ComfyNode):
     def execute(cls, table, rule="alpha", alpha=0.01, target_sparsity=0.6, metric="rel",
                 preset_name="my_preset", author="", overwrite=False) -> io.NodeOutput:
         import folder_paths
-        if not isinstance(preset_name, str) or not NAME_RE.match(preset_name) \
-                or preset_name.startswith("."):
-            raise ValueError(f"preset_name: {preset_name!r} must be 1-64 characters of "
-                             "A-Z a-z 0-9 . _ -")
         ps = kernels_module("psa_search")
         pr = kernels_module("presets")
+        pr.check_name(preset_name, "preset_name")
         path = folder_paths.get_full_path(TABLES_SUBFOLDER, table) if table else None
         if not path:
             raise ValueError(f"table: {table!r} is not in models/{TABLES_SUBFOLDER}/")
-        t = ps.LossTable.load(path)
+        try:
+            t = ps.LossTable.load(path)  # validated: its grid, tile and settings are bounded
+        except ValueError as e:
+            raise ValueError(f"table: {e}") from None
         st = t.settings
         missing = [k for k in ("family", "fingerprint") if k not in st]
         if missing:
@@ -172,16 +174,20 @@ class PSAMaskSelect(io.ComfyNode):
         else:
             raise ValueError(f"rule: expected alpha or target_sparsity, got {rule!r}")
         out = os.path.join(presets_dir(), f"{preset_name}.json")
-        if os.path.exists(out) and not overwrite:
-            raise ValueError(f"preset_name: {out} exists; choose another name or set overwrite")
-        preset = pr.preset_from_selection(
-            sel, name=preset_name, family=st["family"], model_name=st.get("model_name", ""),
-            fingerprint=st["fingerprint"], grid=t.grid, tile=t.tile,
-            candidates=int(t.candidates.shape[0]), prompts=int(st.get("prompts", 1)),
-            settings=st, author=author or "",
-            notes=f"Searched in ComfyUI with 'PSA Mask Search' (table {table}, steps "
-                  f"{st.get('steps', 'all')}, {int(t.calls.sum())} calls).")
-        pr.save_preset(preset, out)
+        try:
+            preset = pr.preset_from_selection(
+                sel, name=preset_name, family=st["family"], model_name=st.get("model_name", ""),
+                fingerprint=st["fingerprint"], grid=t.grid, tile=t.tile,
+                candidates=int(t.candidates.shape[0]), prompts=st.get("prompts", 1),
+                settings=st, author=author or "",
+                notes=f"Searched in ComfyUI with 'PSA Mask Search' (table {table}, steps "
+                      f"{str(st.get('steps', 'all'))[:100]}, {int(t.calls.sum())} calls).")
+        except ValueError as e:
+            raise ValueError(f"table: {table}: {e}") from None
+        try:
+            pr.save_preset(preset, out, overwrite=bool(overwrite))  # never through a link
+        except ValueError as e:
+            raise ValueError(f"preset_name: {e}") from None
         info = {"preset": out, "rule": sel.rule, "sparsity": preset.stats["sparsity"],
                 "mean_loss": preset.stats["mean_loss"],
                 "layer_sparsity": preset.stats["layer_sparsity"],

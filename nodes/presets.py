@@ -14,7 +14,8 @@ only connects them to ComfyUI:
 
 Family names: a preset's ``model.family`` must be one of the names listed for the model's
 adapter in :data:`FAMILY_NAMES` (``wan`` also accepts ``wan2.1``/``wan2.2``: Wan 2.1 and the
-2.2 A14B models share one architecture; the fingerprint tells the sizes apart).
+2.2 A14B models share one architecture; the fingerprint tells the sizes apart). The list is
+``kernels.presets.FAMILY_NAMES``, which also validates the field when a preset is read.
 """
 from __future__ import annotations
 
@@ -28,12 +29,7 @@ PACK_PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
                                "mask_presets")
 
 # adapter family -> preset family names accepted for it (the first is what the nodes write)
-FAMILY_NAMES = {
-    "wan": ("wan", "wan2.1", "wan2.2"),
-    "hunyuan_video": ("hunyuan_video",),
-    "ltxv": ("ltxv",),
-    "ltx2": ("ltx2",),
-}
+FAMILY_NAMES = kernels_module("presets").FAMILY_NAMES
 GRID_POLICIES = ("refuse", "rescale")
 
 

@@ -15,12 +15,21 @@ estimate fits ``qkv_max_gb``.
 Units: the accumulator's ``step`` is the denoising progress step / total steps in [0, 1)
 (the unit of preset step buckets), computed on the full schedule (KSamplerAdvanced splits
 included).
+
+An existing table that cannot be extended never drops the run: one that cannot be read
+(corrupt, not a loss table) is moved aside to ``<name>.corrupt-<time>.safetensors``, one made
+for another grid, tile, candidate set or model to ``<name>.replaced-<time>.safetensors``; the
+new table is written and the run summary (``search.warnings``), the log and the ComfyUI
+frontend (text on the node being executed, :func:`show_in_ui`) say so. Nothing is written
+through a symbolic link (``kernels._files``): a link in place of the table or of the q/k/v
+folder is refused, and the refusal reported the same way.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
+import sys
 import time
 from dataclasses import dataclass
 from typing import Optional
@@ -36,7 +45,7 @@ log = logging.getLogger("sparse_video_attention")
 
 TABLES_SUBFOLDER = "psa_loss_tables"
 QKV_SUBFOLDER = "psa_qkv_samples"
-NAME_RE = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+MAX_CANDIDATES = 4096  # the widget's maximum; candidates × blocks² also meets kernels.psa_mask's limit
 
 _REASON_TEXT.update({
     "search_evaluated": "evaluated for the PSA mask search (output kept dense)",
@@ -67,31 +76,30 @@ def make_search_config(name="psa_search", tile="3,8,16", steps="", bucket_edges=
                        max_candidates=128, query_tiles=32, rows_per_tile=32, seed=0,
                        accumulate=True, save_qkv=False, qkv_max_gb=20.0) -> SearchConfig:
     """Validate the search node's widgets; errors name the widget."""
-    if not isinstance(name, str) or not NAME_RE.match(name) or name.startswith("."):
-        raise ValueError(f"table_name: {name!r} must be 1-64 characters of A-Z a-z 0-9 . _ - "
-                         "(it becomes a file name)")
-    try:
-        t = parse_tile(tile)
-    except ValueError:
-        t = None
+    kernels_module("presets").check_name(name, "table_name")
+    t = parse_tile(tile, "tile")
     if t is None:
         raise ValueError("tile: the search needs a PSA tile bt,bh,bw in tokens, e.g. \"3,8,16\"")
     try:
         step_ranges = parse_block_list(steps)
     except ValueError as e:
         raise ValueError(str(e).replace("dense_blocks", "steps").replace("block", "step")) from None
+    checks = kernels_module("_checks")
     try:
-        edges = tuple(float(x) for x in re.split(r"[,\s]+", str(bucket_edges).strip()) if x)
+        edges = tuple(checks.parse_float(x, "bucket_edges")
+                      for x in re.split(r"[,\s]+", str(bucket_edges).strip()) if x)
     except ValueError:
         raise ValueError(f"bucket_edges: expected progress values in (0, 1) separated by "
-                         f"commas, e.g. \"0.5\", got {bucket_edges!r}") from None
+                         f"commas, e.g. \"0.5\", got {checks.shown(bucket_edges)}") from None
     if any(not 0.0 < e < 1.0 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
         raise ValueError(f"bucket_edges: must be strictly ascending inside (0, 1), got {list(edges)}")
     ints = {}
-    for key, v, lo in (("max_candidates", max_candidates, 1), ("query_tiles", query_tiles, 0),
-                       ("rows_per_tile", rows_per_tile, 0), ("seed", seed, 0)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ValueError(f"{key}: expected a whole number >= {lo}, got {v!r}")
+    for key, v, lo, hi in (("max_candidates", max_candidates, 1, MAX_CANDIDATES),
+                           ("query_tiles", query_tiles, 0, None), ("rows_per_tile", rows_per_tile, 0, None),
+                           ("seed", seed, 0, None)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+            rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+            raise ValueError(f"{key}: expected a whole number {rng}, got {v!r}")
         ints[key] = v
     if not isinstance(qkv_max_gb, (int, float)) or not qkv_max_gb >= 0:
         raise ValueError(f"qkv_max_gb: expected a number >= 0, got {qkv_max_gb!r}")
@@ -148,6 +156,36 @@ def table_path(name: str) -> str:
     return os.path.join(_folder(TABLES_SUBFOLDER), f"{name}.safetensors")
 
 
+def move_aside(path: str, why: str) -> str:
+    """Rename ``path`` (a table that cannot be extended) to ``<stem>.<why>-<time>.safetensors``
+    beside it, without overwriting anything; returns the new path."""
+    stem = path[: -len(".safetensors")] if path.endswith(".safetensors") else path
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    aside = f"{stem}.{why}-{stamp}.safetensors"
+    n = 1
+    while os.path.lexists(aside):
+        n += 1
+        aside = f"{stem}.{why}-{stamp}-{n}.safetensors"
+    os.replace(path, aside)  # renames a link itself, never its target
+    return aside
+
+
+def show_in_ui(text: str) -> bool:
+    """Show ``text`` under the node being executed in the ComfyUI frontend (its progress
+    text); False when there is no server or no executing node (scripts, tests)."""
+    server = sys.modules.get("server")  # only ComfyUI's own, never imported here
+    prompt_server = getattr(getattr(server, "PromptServer", None), "instance", None)
+    try:
+        from comfy_execution.utils import get_executing_context
+    except ImportError:
+        return False
+    ctx = get_executing_context()
+    if prompt_server is None or ctx is None:
+        return False
+    prompt_server.send_progress_text(text, ctx.node_id)
+    return True
+
+
 class SearchAttention(SparseAttention):
     """The search dispatcher (see module docstring). One per "PSA Mask Search" output."""
 
@@ -186,10 +224,15 @@ class SearchAttention(SparseAttention):
         try:
             self._finish()
         except Exception as e:  # never fail the workflow after its video is done
-            log.warning("[sparse-video-attention] PSA mask search: could not write the loss "
-                        "table (%s: %s)", type(e).__name__, e)
             self.last_run["search"]["error"] = f"{type(e).__name__}: {e}"
+            self._warn(f"could not write the loss table ({type(e).__name__}: {e})")
         return out
+
+    def _warn(self, text: str) -> None:
+        """A problem with this run's table: in the log, the run summary and the frontend."""
+        log.warning("[sparse-video-attention] PSA mask search: %s", text)
+        self.last_run.setdefault("search", {}).setdefault("warnings", []).append(text)
+        show_in_ui(f"PSA Mask Search warning: {text}")
 
     def _steps_this_run(self):
         sc = self.schedule
@@ -220,18 +263,25 @@ class SearchAttention(SparseAttention):
             "steps": self.search.steps_text or "all",
         })
         path = table_path(self.search.name)
-        if self.search.accumulate and os.path.isfile(path):
+        if self.search.accumulate and os.path.isfile(path) and not os.path.islink(path):
             try:
                 old = ps.LossTable.load(path)
-                if old.settings.get("fingerprint") != table.settings["fingerprint"]:
-                    raise ValueError(f"model fingerprint {old.settings.get('fingerprint')} vs "
-                                     f"{table.settings['fingerprint']}")
-                merged = old.merge(table)
-                merged.settings = dict(table.settings, prompts=int(old.settings.get("prompts", 1)) + 1)
-                table = merged
-            except ValueError as e:
-                log.warning("[sparse-video-attention] PSA mask search: the existing table %s "
-                            "cannot be merged with this run (%s); overwriting it", path, e)
+            except ValueError as e:  # unreadable: kept aside, this run's table written
+                aside = move_aside(path, "corrupt")
+                self._warn(f"the existing loss table cannot be read ({e}); moved it to {aside} "
+                           "and wrote this run's table")
+            else:
+                try:
+                    if old.settings.get("fingerprint") != table.settings["fingerprint"]:
+                        raise ValueError(f"model fingerprint {old.settings.get('fingerprint')} vs "
+                                         f"{table.settings['fingerprint']}")
+                    merged = old.merge(table)
+                    merged.settings = dict(table.settings, prompts=int(old.settings.get("prompts", 1)) + 1)
+                    table = merged
+                except ValueError as e:
+                    aside = move_aside(path, "replaced")
+                    self._warn(f"the existing loss table {path} cannot be merged with this run ({e}); "
+                               f"moved it to {aside} and wrote this run's table")
         table.save(path)
         self.table_written = path
         info["table"] = path
@@ -318,6 +368,9 @@ class SearchAttention(SparseAttention):
             if total > s.qkv_max_gb * 1e9:
                 self.qkv_refused = (f"estimated {total / 1e9:.2f} GB exceeds qkv_max_gb="
                                     f"{s.qkv_max_gb:g}; no samples written")
+                log.warning("[sparse-video-attention] PSA mask search: %s", self.qkv_refused)
+            elif os.path.islink(folder):
+                self.qkv_refused = f"{folder} is a symbolic link; no samples written through it"
                 log.warning("[sparse-video-attention] PSA mask search: %s", self.qkv_refused)
             else:
                 os.makedirs(folder, exist_ok=True)

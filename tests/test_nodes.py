@@ -88,6 +88,10 @@ def test_nodes_registered_with_tooltips(comfy, pack):
     ({"min_tokens": -1}, "min_tokens"),
     ({"sol_tile": "1,2"}, "sol_tile"),
     ({"sol_tile": "1,4,4"}, "sol_tile"),         # 16 tokens, not a 64-token block
+    ({"sol_tile": "99999999,1,1"}, "sol_tile.t must be <= 256"),       # issue 11: bounded, ASCII
+    ({"sol_tile": "１,8,8"}, "sol_tile: expected"),
+    ({"dense_blocks": "１"}, "dense_blocks: cannot read"),
+    ({"dense_blocks": "9" * 5000}, "dense_blocks: cannot read"),
     ({"backend": "cuda"}, "backend"),
     ({"method": "psa"}, "preset"),               # psa without a preset
     ({"preset_grid": "stretch"}, "preset_grid"),

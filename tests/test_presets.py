@@ -306,3 +306,75 @@ def test_names_are_confined_to_the_preset_folders(tmp_path):
         resolve_preset_path("link.json", folders)  # a link leading outside the folder
     with pytest.raises(ValueError, match="not found"):
         load_preset("missing.json", folders=folders)
+
+
+# ------------------------------------------------------------------------ issue 11: names, messages
+@pytest.mark.parametrize("name", ["nl\n", "ok\n", "a\nb", "x" * 65, ".hidden", "a/b", "Ａ", ""])
+def test_names_must_match_in_full(tmp_path, name):
+    d = valid_doc()
+    d["name"] = name
+    with pytest.raises(ValueError, match=r"^preset\.name: "):
+        preset_from_json(json.dumps(d))
+    with pytest.raises(ValueError, match="preset name"):
+        resolve_preset_path(name + ".json", [str(tmp_path)])
+    from kernels.presets import check_name
+    with pytest.raises(ValueError, match="^preset_name: "):
+        check_name(name, "preset_name")
+
+
+def test_family_must_be_known(tmp_path):
+    d = valid_doc()
+    d["model"]["family"] = "bogus"
+    with pytest.raises(ValueError, match=r"^preset\.model\.family: expected one of wan, wan2\.1, wan2\.2, "
+                                         r"hunyuan_video, ltxv, ltx2, got 'bogus'"):
+        preset_from_json(json.dumps(d))
+    (tmp_path / "bogus.json").write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="bogus.json: preset.model.family"):
+        load_preset(tmp_path / "bogus.json")
+
+
+def test_nodes_use_the_kernels_family_list():
+    from kernels.presets import FAMILY_NAMES, KNOWN_FAMILIES
+    assert set(KNOWN_FAMILIES) == {n for names in FAMILY_NAMES.values() for n in names}
+    nodes_presets = open(os.path.join(os.path.dirname(__file__), "..", "nodes", "presets.py")).read()
+    assert '"wan2.1"' not in nodes_presets and "FAMILY_NAMES = kernels_module(\"presets\").FAMILY_NAMES" in nodes_presets
+
+
+def test_a_5000_digit_integer_names_its_field():
+    text = re.sub(r'"params":\[\[\[\[-?[0-9]+', '"params":[[[[' + "9" * 5000, preset_to_json(make_preset()), count=1)
+    with pytest.raises(ValueError) as e:
+        preset_from_json(text)
+    assert str(e.value).startswith("preset.params[0][0][0].Tw: expected an integer")
+    assert "5000 digits" in str(e.value) and len(str(e.value)) < 300
+
+
+def test_huge_unknown_key_gives_a_short_message():
+    d = valid_doc()
+    d["k" * 3_000_000] = 1
+    with pytest.raises(ValueError) as e:
+        preset_from_json(json.dumps(d))
+    assert str(e.value).startswith("preset.kkk") and str(e.value).endswith(": unknown field")
+    assert len(str(e.value)) < 200
+
+
+def test_another_version_is_reported_as_such():
+    d = valid_doc()
+    d["version"] = 2
+    d["grids"] = [d.pop("grid")]                 # a later format may have other fields
+    with pytest.raises(ValueError, match=r"^preset\.version: this code reads version 1, got 2$"):
+        preset_from_json(json.dumps(d))
+    del d["format"]
+    with pytest.raises(ValueError, match=r"^preset\.format: missing field$"):
+        preset_from_json(json.dumps(d))
+
+
+def test_long_values_are_cut_in_messages():
+    text = preset_to_json(make_preset()).replace('"heads":3', '"heads":' + "7" * 4000, 1)
+    with pytest.raises(ValueError) as e:
+        preset_from_json(text)
+    assert str(e.value) == "preset.model.fingerprint.heads: expected an integer, got an integer of 4000 digits"
+
+
+def test_missing_file_names_the_file(tmp_path):
+    with pytest.raises(ValueError, match="missing.json: cannot read it"):
+        load_preset(tmp_path / "missing.json")

@@ -242,7 +242,7 @@ def test_cli_search_select_show(tmp_path, capsys):
     t = LossTable.load(table)
     assert t.layers == [0, 1, 2] and t.calls.tolist() == [[1, 1]] * 3
     preset = str(tmp_path / "p.json")
-    assert ps.main(["select", table, "--alpha", "0.05", "--out", preset, "--name", "tiny", "--family", "test",
+    assert ps.main(["select", table, "--alpha", "0.05", "--out", preset, "--name", "tiny", "--family", "ltxv",
                     "--model-name", "tiny test", "--fingerprint", "3", "4", "8", "32", "--prompts", "1"]) == 0
     p = load_preset(preset)
     assert p.params.shape == (2, 3, 4, 6) and p.search["rule"] == "alpha" and p.search["value"] == 0.05
@@ -291,3 +291,127 @@ def test_accumulator_input_checks():
         acc.add(q, k, v, layer=0)
     with pytest.raises(ValueError, match="ascending"):
         PSASearchAccumulator((2, 2, 2), (1, 1, 1), 2, bucket_edges=[0.5, 0.2])
+
+
+# ------------------------------------------------------------------------ issue 11: tables, CLI
+def tiny_table(tmp_path, name="t.safetensors"):
+    grid, tile = (3, 4, 6), (1, 2, 3)
+    acc = PSASearchAccumulator(grid, tile, 2, candidates=candidate_space(grid, tile, max_candidates=6))
+    assert acc.candidates.shape[0] == 9  # the anchors are always kept
+    q, k, v = rand_qkv(1, 72, 2, 8, seed=3)
+    acc.add(q, k, v, layer=0)
+    path = str(tmp_path / name)
+    acc.table().save(path)
+    return path
+
+
+def rewrite(path, header=None, meta=None, tensors=None):
+    """Rewrite a saved table with some header fields, metadata or tensors replaced."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    with safe_open(path, framework="pt") as f:
+        m = dict(f.metadata())
+        t = {n: f.get_tensor(n) for n in f.keys()}
+    h = json.loads(m["header"])
+    h.update(header or {})
+    m["header"] = json.dumps(h)
+    m.update(meta or {})
+    t.update(tensors or {})
+    save_file({n: x for n, x in t.items() if x is not None}, path, metadata={k: v for k, v in m.items() if v is not None})
+    return path
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(header={"grid": [8, 64, 64], "tile": [1, 1, 1]}), "header.tile: block grid (8, 64, 64) has 32768 blocks"),
+    (dict(header={"tile": [0, 2, 3]}), "header.tile[0]: expected an integer in [1, 256], got 0"),
+    (dict(header={"grid": [3, 4]}), "header.grid: expected 3 entries"),
+    (dict(header={"layers": [0, 0]}), "header.layers: expected distinct layer ids"),
+    (dict(header={"num_heads": "2"}), "header.num_heads: expected an integer"),
+    (dict(header={"layers": None}), "header.layers: expected a list"),
+    (dict(header={"settings": {"family": "bogus"}}), "header.settings.family: expected one of"),
+    (dict(header={"settings": {"fingerprint": {"layers": 1}}}), "header.settings.fingerprint.heads: missing field"),
+    (dict(meta={"header": None}), "header: invalid JSON"),
+    (dict(meta={"version": "2"}), "PSA loss table version '2'; this code reads version 1"),
+    (dict(meta={"format": "other"}), "not a PSA loss table (metadata format 'other'"),
+    (dict(tensors={"calls": None}), "tensors: expected ['calls', 'candidates', 'count', 'density', 'ref_sq', "
+                                    "'sq_err', 'token_density'], missing ['calls']"),
+    (dict(tensors={"density": torch.zeros(3, dtype=torch.float64)}), "tensor density: expected shape (9,), got (3,)"),
+    (dict(tensors={"sq_err": torch.zeros(1, 1, 2, 9)}), "tensor sq_err: expected torch.float64, got torch.float32"),
+    (dict(tensors={"candidates": torch.zeros(6, 6, dtype=torch.int64)}), "tensor candidates: params[0].Tw = 0"),
+])
+def test_table_errors_name_the_file_and_the_field(tmp_path, change, words):
+    path = rewrite(tiny_table(tmp_path), **change)
+    with pytest.raises(ValueError) as e:
+        LossTable.load(path)
+    assert str(e.value).startswith(path + ": ") and words in str(e.value), str(e.value)
+
+
+def test_unreadable_tables_name_the_file(tmp_path):
+    for path, words in [(str(tmp_path / "missing.safetensors"), "no such file"),
+                        (str(tmp_path), "not a file"),
+                        (str(tmp_path / "junk.safetensors"), "not a PSA loss table (cannot read it as safetensors")]:
+        if path.endswith("junk.safetensors"):
+            open(path, "wb").write(b"\x00" * 100)
+        with pytest.raises(ValueError) as e:
+            LossTable.load(path)
+        assert str(e.value).startswith(path + ": ") and words in str(e.value)
+        assert "\n" not in str(e.value)
+
+
+def run_cli(argv, capsys):
+    rc = ps.main(argv)
+    captured = capsys.readouterr()
+    return rc, captured.err.strip().splitlines()
+
+
+def test_cli_errors_are_one_line_with_exit_2(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not safetensors at all")
+    table = tiny_table(tmp_path)
+    cases = [
+        (["search", str(tmp_path / "nope"), "--tile", "1", "2", "3", "--out", "o"], "nope: no such file or folder"),
+        (["search", str(empty), "--tile", "1", "2", "3", "--out", "o"], "holds no .safetensors sample files"),
+        (["search", str(junk), "--tile", "1", "2", "3", "--out", "o"], "not a PSA q/k/v sample"),
+        (["show", str(junk)], "junk.safetensors: not a PSA loss table"),
+        (["show", str(tmp_path / "nope.safetensors")], "nope.safetensors: no such file"),
+        (["show", table, "--alpha", "0.1", "--sparsity", "0.5"], "give exactly one of alpha"),
+        (["select", table, "--alpha", "0.1", "--out", str(tmp_path / "p.json"), "--name", "bad\nname",
+          "--family", "wan", "--model-name", "m", "--fingerprint", "1", "2", "128", "256"], "preset.name"),
+    ]
+    for argv, words in cases:
+        rc, err = run_cli(argv, capsys)
+        assert rc == 2 and len(err) == 1, (argv, err)
+        assert err[0].startswith("python -m kernels.psa_search: error: ") and words in err[0], (argv, err)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["select", "t", "--alpha", "0.1", "--out", "p.json", "--name", "n", "--family", "bogus", "--model-name", "m",
+      "--fingerprint", "1", "2", "128", "256"], "argument --family: invalid choice: 'bogus'"),
+    (["search", "s", "--tile", "1", "２", "3", "--out", "o"], "argument --tile: expected an integer written with"),
+    (["show", "t", "--alpha", "nan"], "argument --alpha: expected a number"),
+])
+def test_cli_argument_errors(argv, words, capsys):
+    with pytest.raises(SystemExit) as e:
+        ps.main(argv)
+    assert e.value.code == 2 and words in capsys.readouterr().err
+
+
+def test_cli_help_states_defaults_and_examples(capsys):
+    for argv in (["--help"], ["search", "--help"], ["select", "--help"], ["show", "--help"]):
+        with pytest.raises(SystemExit):
+            ps.main(argv)
+        out = " ".join(capsys.readouterr().out.split())
+        assert "examples: python -m kernels.psa_search" in out, argv
+    with pytest.raises(SystemExit):
+        ps.main(["search", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for words in ("candidate masks per head (default: 128)", "(0: all) (default: 32)", "(default: 0)",
+                  "(default: none, one bucket)", "(default: the current CUDA device"):
+        assert words in out, words
+    with pytest.raises(SystemExit):
+        ps.main(["select", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(wan, wan2.1, wan2.2, hunyuan_video, ltxv, ltx2)" in out and "(default: mse)" in out

@@ -314,3 +314,55 @@ def test_every_launch_runs_on_the_inputs_device(monkeypatch):
 
         fake = types.SimpleNamespace(is_cuda=True, device=torch.device("cuda", 1))
         assert real(fake).idx == 1
+
+
+# ------------------------------------------------------------------------ non-finite values
+@pytest.mark.parametrize("fn", [kernels.sol_attention, kernels.sol_attention_reference])
+@pytest.mark.parametrize("beta", [float("-inf"), 1.0])
+def test_large_fp16_values_do_not_overflow(fn, beta):
+    """Values in [1500, 3000]: a 64-token block's value sum (~143,000) is beyond fp16's 65,504;
+    the pooled blocks store the mean instead (issue 11, item 3)."""
+    g = torch.Generator().manual_seed(40)
+    q, k = (torch.randn(1, 200, 2, 64, generator=g).half() for _ in range(2))
+    v = (1500 + 1500 * torch.rand(1, 200, 2, 64, generator=g)).half()
+    out = fn(q, k, v, beta=beta)
+    assert torch.isfinite(out).all()
+    assert rel_err(out, dense(q, k, v)) < (3e-3 if beta == float("-inf") else 3e-2)
+    if fn is kernels.sol_attention:
+        assert rel_err(out, kernels.sol_attention_reference(q, k, v, beta=beta)) < 3e-3
+
+
+def nan_at(which, q, k, v, row, head, col):
+    x = {"q": q, "k": k, "v": v}[which].clone()
+    x[0, row, head, col] = float("nan")
+    return [x if name == which else t for name, t in zip("qkv", (q, k, v))]
+
+
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered")  # the interpreter's max of a NaN row
+@pytest.mark.parametrize("fn", [kernels.sol_attention, kernels.sol_attention_reference])
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+@pytest.mark.parametrize("beta", [1.0, float("inf")])
+def test_nan_in_nan_out(fn, which, beta):
+    """One NaN in q, k or v: NaN exactly where dense attention has NaN, and the other rows of
+    a query block with NaN routing are dense attention (issue 11, item 4)."""
+    q, k, v = qkv(1, 200, 2, 64, torch.float16, seed=41)
+    q, k, v = nan_at(which, q, k, v, row=70, head=1, col=5)
+    out = fn(q, k, v, beta=beta).float()
+    want = dense(q, k, v)
+    assert torch.equal(torch.isnan(out), torch.isnan(want))
+    assert torch.isnan(out).any()
+    if which == "q":  # only row 70 of head 1 is NaN; its block (64-127) is all exact: dense
+        ok = torch.isfinite(want[0, 64:128, 1])
+        torch.testing.assert_close(out[0, 64:128, 1][ok], want[0, 64:128, 1][ok], atol=3e-3, rtol=3e-3)
+
+
+@pytest.mark.parametrize("fn", [kernels.sol_attention, kernels.sol_attention_reference])
+def test_row_without_any_term_still_outputs_zeros(fn):
+    q, k, v = qkv(1, 130, 1, 64, torch.float16, seed=42)
+    # Nothing exact but the sink block 0, no pooled term: query rows see block 0 only.
+    out = fn(q, k, v, beta=float("inf"), sinks=[(0, 1)], correction=False)
+    sinks_only = kernels.sol_attention_reference(q[:, :64], k[:, :64], v[:, :64], beta=float("-inf"))
+    assert torch.isfinite(out).all()
+    assert rel_err(out[:, :64], sinks_only) < 3e-3
+    out = fn(q, k, v, beta=float("inf"), correction=False)  # no term at all
+    assert torch.equal(out, torch.zeros_like(out))

@@ -78,7 +78,7 @@ def test_comfy_node_pack(checkout_copy):
     with zipfile.ZipFile(checkout_copy / "node.zip") as z:
         names = set(z.namelist())
     for needed in ("__init__.py", "pyproject.toml", "README.md", "icon.png", "nodes/extension.py",
-                   "nodes/dispatch.py", "kernels/sol_triton.py", "kernels/psa_triton.py"):
+                   "nodes/dispatch.py", "kernels/block_sparse.py", "kernels/sol_router.py"):
         assert needed in names, f"{needed} missing from node.zip"
     workflows = sorted(p.name for p in (REPO_ROOT / "workflows").glob("*.json"))
     assert workflows and all(f"workflows/{w}" in names for w in workflows)
