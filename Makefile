@@ -47,6 +47,7 @@ $(TRITON36_DIR)/triton/__init__.py: $(STAMP)
 	rm -rf $(TRITON36_DIR) && mkdir -p $(TRITON36_DIR)/wheel
 	$(PIP) download --quiet --no-deps --only-binary=:all: triton==3.6.0 -d $(TRITON36_DIR)/wheel
 	cd $(TRITON36_DIR) && $(abspath $(PY)) -m zipfile -e wheel/triton-3.6.0-*.whl .
+	chmod +x $(TRITON36_DIR)/triton/backends/nvidia/bin/*  # zipfile drops the modes of ptxas & co.
 	rm -rf $(TRITON36_DIR)/wheel
 
 test: $(STAMP) triton36

@@ -117,8 +117,30 @@ def block_layout(grid, tile, extra_tokens: int = 0, device="cpu") -> BlockLayout
 
 
 def row_major_layout(seq_len: int, device="cpu") -> BlockLayout:
-    """Row-major blocks of ``ROW_MAJOR_BLOCK`` tokens (a sequence without a grid)."""
-    return block_layout((int(seq_len), 1, 1), (ROW_MAJOR_BLOCK, 1, 1), 0, device)
+    """Row-major blocks of ``ROW_MAJOR_BLOCK`` tokens (a sequence without a grid): the grid
+    (L, 1, 1) cut into tiles (64, 1, 1), built directly (a video grid's per-axis limit of
+    ``layout.check_grid`` does not apply to a flat sequence; its token limit does)."""
+    from .layout import MAX_GRID_TOKENS
+    from ._checks import check_int
+
+    seq_len = check_int(seq_len, "sequence length", 1)
+    if seq_len > MAX_GRID_TOKENS:
+        raise ValueError(f"sequence length {seq_len} is more than the {MAX_GRID_TOKENS} tokens the kernels take")
+    return _cached_row_major_layout(seq_len, str(_device(device)))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_row_major_layout(seq_len: int, device_str: str) -> BlockLayout:
+    bt = ROW_MAJOR_BLOCK
+    n = -(-seq_len // bt)
+    slots = torch.arange(n * bt, dtype=torch.int32)
+    lengths = torch.full((n,), bt, dtype=torch.int32)
+    lengths[-1] = seq_len - (n - 1) * bt
+    dev = torch.device(device_str)
+    return BlockLayout(
+        grid=(seq_len, 1, 1), tile=(bt, 1, 1), extra_tokens=0, block_grid=(n, 1, 1), n_grid_blocks=n,
+        n_blocks=n, block_tokens=bt, lengths=lengths.to(dev),
+        row_map=torch.where(slots < seq_len, slots, -1).to(dev), padded=seq_len % bt != 0, device=dev)
 
 
 @dataclass(frozen=True, eq=False)

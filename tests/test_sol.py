@@ -366,3 +366,17 @@ def test_row_without_any_term_still_outputs_zeros(fn):
     assert rel_err(out[:, :64], sinks_only) < 3e-3
     out = fn(q, k, v, beta=float("inf"), correction=False)  # no term at all
     assert torch.equal(out, torch.zeros_like(out))
+
+
+def test_row_major_blocks_take_sequences_longer_than_a_grid_axis():
+    """A flat sequence is the grid (L, 1, 1): the 1024-per-axis limit of video grids does not
+    apply to it (its token limit does)."""
+    from kernels.block_mask import row_major_layout
+
+    q, k, v = qkv(1, 2100, 1, 16, torch.float32, seed=43)
+    out = kernels.sol_attention_reference(q, k, v, beta=1.0)
+    assert torch.isfinite(out).all()
+    lay = row_major_layout(2100)
+    assert lay.n_blocks == 33 and lay.lengths[-1] == 2100 - 32 * 64 and lay.padded
+    with pytest.raises(ValueError, match="sequence length"):
+        row_major_layout(1 << 23)
