@@ -704,14 +704,25 @@ def make_preset(kernels_pkg, spec: ModelSpec, density: float, choice: str):
     return preset, info
 
 
+def sol_blocks(spec: ModelSpec, sol_tile: str) -> dict:
+    """The ``kernels.sol_attention`` block arguments the node uses for ``sol_tile``: 3D tiles
+    of the grid ("auto" or "bt,bh,bw"), the text tokens after it as sinks; or, with "off",
+    row-major blocks with the text tokens as a sink range."""
+    n_video, extra = spec.video_tokens(), spec.extra_tokens()
+    if sol_tile == "off":
+        return {"sinks": [(n_video, n_video + extra)] if extra else None}
+    tile = None if sol_tile == "auto" else tuple(int(x) for x in sol_tile.split(","))
+    return {"grid": tuple(spec.grid()), "tile": tile}
+
+
 def kernel_standalone(comfy: Comfy, spec: ModelSpec, device, dtype, backend: str, methods: dict,
-                      captured, captured_block: int, rep_ms: int, cuda: bool, seed: int) -> dict:
+                      captured, captured_block: int, rep_ms: int, cuda: bool, seed: int, sol_tile: str) -> dict:
     """The kernels alone on the self-attention shape (B = 2): random inputs and, when given,
     the q/k/v one block of the dense run produced."""
     kernels_pkg = importlib.import_module(comfy.pack_module.__name__ + ".kernels")
     n_video, extra = spec.video_tokens(), spec.extra_tokens()
     L, H, D = n_video + extra, spec.heads(), spec.head_dim()
-    sinks = [(n_video, L)] if extra else None
+    blocks = sol_blocks(spec, sol_tile)
     gen = torch.Generator(device=device).manual_seed(seed)
     rand = tuple(torch.randn(2, L, H, D, device=device, dtype=dtype, generator=gen) for _ in range(3))
     inputs = {"random": rand}
@@ -720,7 +731,7 @@ def kernel_standalone(comfy: Comfy, spec: ModelSpec, device, dtype, backend: str
     sol = kernels_pkg.sol_attention if backend == "triton" else kernels_pkg.sol_attention_reference
     psa = kernels_pkg.psa_attention if backend == "triton" else kernels_pkg.psa_attention_reference
     out = {"shape_BLHD": [2, L, H, D], "dtype": str(dtype).replace("torch.", ""), "backend": backend,
-           "sinks": sinks, "rows": []}
+           "sol_blocks": {k: v for k, v in blocks.items()}, "rows": []}
     for source, (q, k, v) in inputs.items():
         def dense():
             import torch.nn.functional as F
@@ -734,8 +745,8 @@ def kernel_standalone(comfy: Comfy, spec: ModelSpec, device, dtype, backend: str
         for name, m in methods.items():
             if m["method"] == "sol_attn":
                 beta = m["beta"]
-                fn = lambda: sol(q, k, v, beta=beta, estimator=m["estimator"], sinks=sinks)  # noqa: E731
-                _, stats = sol(q, k, v, beta=beta, estimator=m["estimator"], sinks=sinks, return_stats=True)
+                fn = lambda: sol(q, k, v, beta=beta, estimator=m["estimator"], **blocks)  # noqa: E731
+                _, stats = sol(q, k, v, beta=beta, estimator=m["estimator"], return_stats=True, **blocks)
                 row = {"inputs": source, "method": name, "beta": beta,
                        "density": float(stats["density"].float().mean()), **bench_fn(fn, cuda, rep_ms)}
             else:  # random inputs: the layer of typical density; captured: the captured block's layer
@@ -865,6 +876,7 @@ def parse_args(argv=None):
     ap.add_argument("--backend", default=None, choices=["triton", "reference"],
                     help="node backend (default: triton on CUDA, reference with --tiny)")
     ap.add_argument("--estimator", default="exact", choices=["exact", "diag"])
+    ap.add_argument("--sol-tile", default="auto", help="node widget sol_tile for sol85/sol90: auto, off or bt,bh,bw")
     ap.add_argument("--dense-blocks", default="", help="node widget dense_blocks (default: none, every block sparse)")
     ap.add_argument("--psa-density", type=float, default=0.40, help="token density of the uniform PSA preset")
     ap.add_argument("--psa-preset", default="auto",
@@ -1027,7 +1039,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
         try:
             ks = {k: v for k, v in node_methods.items() if v["method"] == "sol_attn" or v.get("preset") is not None}
             entry["kernels"] = kernel_standalone(comfy, spec, device, dtype, backend, ks, captured, capture,
-                                                 a.kernel_rep_ms, cuda, a.seed + 7)
+                                                 a.kernel_rep_ms, cuda, a.seed + 7, a.sol_tile)
             entry["kernels"]["captured_block"] = capture if captured is not None else None
         except Exception as e:
             entry["kernels"] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
@@ -1056,7 +1068,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
             res.save()
             continue
         widgets = dict(method=m["method"], estimator=a.estimator, warmup=0.0, final_dense=0.0,
-                       dense_blocks=a.dense_blocks, min_tokens=0, backend=backend)
+                       dense_blocks=a.dense_blocks, min_tokens=0, backend=backend, sol_tile=a.sol_tile)
         if m["method"] == "sol_attn":
             widgets["target_sparsity"] = m["target_sparsity"]
         else:
@@ -1113,7 +1125,8 @@ def main(argv=None) -> int:
         "device": device_info(cuda), "versions": versions(None),
         "settings": {"tiny": a.tiny, "models": a.models, "methods": a.methods, "warmup_steps": a.warmup,
                      "timed_steps": a.reps, "dtype": str(dtype).replace("torch.", ""), "backend": backend,
-                     "estimator": a.estimator, "dense_blocks": a.dense_blocks, "psa_density": a.psa_density,
+                     "estimator": a.estimator, "sol_tile": a.sol_tile, "dense_blocks": a.dense_blocks,
+                     "psa_density": a.psa_density,
                      "psa_preset": a.psa_preset, "sampler": "euler", "scheduler": "simple", "cfg": 5.0,
                      "projection": f"{PROJ_WARMUP} dense warm-up steps + {PROJ_STEPS - PROJ_WARMUP} steps of the method",
                      "timing": "diffusion-model forward (DIFFUSION_MODEL wrapper, CUDA events), median over the "
