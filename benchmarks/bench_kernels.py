@@ -67,8 +67,15 @@ def poison_allocator(nbytes):
     del junk
 
 
+QKV_LAYOUT = "blhd"  # --layout: how q/k/v are stored (the benchmark's inputs)
+
+
 def random_qkv(L, H, D, dtype, seed):
+    """q, k, v (1, L, H, D): stored (1, L, H·D) as Wan and LTX hand them over ("blhd"), or
+    heads first (1, H, L, D) as HunyuanVideo does ("heads_first")."""
     g = torch.Generator(device="cuda").manual_seed(seed)
+    if QKV_LAYOUT == "heads_first":
+        return [torch.randn(1, H, L, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2) for _ in range(3)]
     return [torch.randn(1, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3)]
 
 
@@ -409,6 +416,7 @@ def main():
     ap.add_argument("--densities", default="0.05,0.10,0.15,0.20,0.25")
     ap.add_argument("--tilings", default="rowmajor,auto,2:4:8,4:4:4,2:8:4",
                     help="Sol blocks: rowmajor, auto (sol_tile_for_grid) or bt:bh:bw, comma separated")
+    ap.add_argument("--layout", default="blhd", choices=["blhd", "heads_first"], help="memory layout of q/k/v")
     ap.add_argument("--heads", type=int, default=40)
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--rep-ms", type=int, default=400)
@@ -420,12 +428,12 @@ def main():
     ap.add_argument("--archs", default="", help="architecture configurations to force and time, e.g. 8.0,8.6,9.0")
     ap.add_argument("--ceiling", action="store_true", help="also time the kernels with every block visited")
     args = ap.parse_args()
-    global OUT_PATH
-    OUT_PATH = args.out
+    global OUT_PATH, QKV_LAYOUT
+    OUT_PATH, QKV_LAYOUT = args.out, args.layout
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   python=platform.python_version(), checks=[], sol=[], psa=[], arch_configs=[])
+                   python=platform.python_version(), layout=args.layout, checks=[], sol=[], psa=[], arch_configs=[])
     if not args.skip_checks:
         check_sol(results)
         check_psa(results)
