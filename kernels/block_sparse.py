@@ -64,7 +64,8 @@ def _block_sparse_kernel(
     stride_ob, stride_on, stride_oh,
     num_heads, head_base, group_heads, num_blocks, tiles_per_block,
     list_batch_stride, list_stride, bits_stride,
-    qk_scale_log2, grid_hw, grid_w, tokens_t, tokens_h, tokens_w,
+    qk_scale_log2, tokens_t, tokens_h, tokens_w,
+    GRID_HW: tl.constexpr, GRID_W: tl.constexpr,
     HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
     TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
@@ -104,7 +105,7 @@ def _block_sparse_kernel(
         v_b, v_col = tma_box_origin(b, h, num_heads, HEAD_DIM, V_HEADS_IN_COLUMNS)
         acc, l_i, m_i = attend_tma_boxes(
             acc, l_i, m_i, q, K_DESC, V_DESC, k_b, k_col, v_b, v_col,
-            ids, n_grid, grid_hw, grid_w, tokens_t, tokens_h, tokens_w,
+            ids, n_grid, GRID_HW, GRID_W, tokens_t, tokens_h, tokens_w,
             qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE, GRID_PADDED)
     else:
         acc, l_i, m_i = attend_gathered_blocks(
@@ -164,7 +165,10 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
             tiles_per_block=mask.tiles_per_block,
             list_batch_stride=0 if batch_shared else mask.num_heads * lay.n_blocks,
             list_stride=mask.ids.shape[-1], bits_stride=bits.shape[-1],
-            qk_scale_log2=scale * math.log2(math.e), grid_hw=nH * nW, grid_w=nW,
+            qk_scale_log2=scale * math.log2(math.e),
+            # The block grid as constants: a box's corner is blk // (nH·nW), ... every step, and
+            # integer division by a run-time value costs tens of instructions there.
+            GRID_HW=nH * nW, GRID_W=nW,
             tokens_t=lay.grid[0], tokens_h=lay.grid[1], tokens_w=lay.grid[2],
             HEAD_DIM=D, BLOCK_TOKENS=bt, BLOCK_M=mask.block_m, BLOCK_N=block_n,
             DOT_DTYPE=dot_dtype_for(q.dtype), OFFSET_DTYPE=row_offset_dtype(L, q, k, v, out),

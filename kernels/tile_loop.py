@@ -114,7 +114,7 @@ def attend_gathered_blocks(
 def attend_tma_boxes(
     acc, l_i, m_i, q,
     k_desc, v_desc, k_b, k_col, v_b, v_col,
-    block_ids, count, grid_hw, grid_w, tokens_t, tokens_h, tokens_w,
+    block_ids, count, GRID_HW: tl.constexpr, GRID_W: tl.constexpr, tokens_t, tokens_h, tokens_w,
     qk_scale_log2,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
     HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, PADDED: tl.constexpr,
@@ -140,9 +140,9 @@ def attend_tma_boxes(
     blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
     for t in range(0, count * SUB):
         blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
-        tb = blk // grid_hw
-        hb = (blk % grid_hw) // grid_w
-        wb = blk % grid_w
+        tb = blk // GRID_HW
+        hb = (blk % GRID_HW) // GRID_W
+        wb = blk % GRID_W
         t0 = tb * TILE_T + (t % SUB) * SUB_T
         k = k_desc.load([k_b, t0, hb * TILE_H, wb * TILE_W, k_col]).reshape(BLOCK_N, HEAD_DIM)
         v = v_desc.load([v_b, t0, hb * TILE_H, wb * TILE_W, v_col]).reshape(BLOCK_N, HEAD_DIM)
