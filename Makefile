@@ -73,14 +73,20 @@ CHROMIUM ?= /usr/bin/chromium
 
 test-tools: ui-test-deps comfy-cli
 
+# apt-get's dpkg output (~500 lines for chromium and its ~115 new packages) goes to a log,
+# printed only when the install fails.
+APT_LOG := .cache/apt-chromium.log
+APT_CHROMIUM := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
 ui-test-deps: $(STAMP)
 	$(PIP) install --quiet $(PLAYWRIGHT_SPEC)
-	@if [ -x $(CHROMIUM) ]; then echo "== chromium: $(CHROMIUM)"; \
-	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	elif [ -n "$$CI" ] && sudo -n true 2>/dev/null; then \
-		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	else echo "== chromium missing: run 'sudo apt-get install -y chromium' (web UI tests skip without it)"; fi
+	@if [ -x $(CHROMIUM) ]; then echo "== chromium: $(CHROMIUM)"; exit 0; \
+	elif [ "$$(id -u)" = 0 ]; then as=""; \
+	elif [ -n "$$CI" ] && sudo -n true 2>/dev/null; then as="sudo"; \
+	else echo "== chromium missing: run 'sudo apt-get install -y chromium' (web UI tests skip without it)"; exit 0; fi; \
+	mkdir -p $(dir $(APT_LOG)); \
+	echo "== chromium: $${as:-as root:} apt-get install -y chromium (Debian's package; output in $(APT_LOG))"; \
+	$$as sh -c '$(APT_CHROMIUM)' > $(APT_LOG) 2>&1 || { tail -40 $(APT_LOG); exit 1; }
 
 comfy-cli: $(TOOLS_VENV)/bin/comfy
 
