@@ -10,6 +10,8 @@ import operator
 
 import torch
 
+from .sol_routing import warn_if_beta_outside_range
+
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 KERNEL_HEAD_DIMS = (64, 128)
 
@@ -81,7 +83,8 @@ def resolve_scale(scale, head_dim: int) -> float:
 
 
 def per_head_beta(beta, num_heads: int, device) -> torch.Tensor:
-    """β as a float32 tensor of shape (H,); ±inf allowed (all exact / none exact)."""
+    """β as a float32 tensor of shape (H,); ±inf allowed (all exact / none exact). A β outside
+    the documented range (``sol_routing.BETA_MIN``/``BETA_MAX``) warns."""
     if isinstance(beta, torch.Tensor):
         if beta.dim() == 0:
             beta = beta.reshape(1).expand(num_heads)
@@ -94,6 +97,8 @@ def per_head_beta(beta, num_heads: int, device) -> torch.Tensor:
         raise TypeError(f"beta must be a float or a tensor of shape (H,), got {type(beta).__name__}")
     if torch.isnan(out).any():
         raise ValueError("beta must not be NaN")
+    # the float as given: judging a float needs no copy of ``out`` from the device
+    warn_if_beta_outside_range(out if isinstance(beta, torch.Tensor) else beta)
     return out
 
 
