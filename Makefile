@@ -1,6 +1,7 @@
 # Development environment, tests and CI entry points.
 #   make env    build the virtual environment (torch, triton, a real ComfyUI 0.3.75)
-#   make test   build the environment if needed, then run the CPU test suite
+#   make test   build the environment if needed, then run the CPU test suite (pytest -ra,
+#               from pyproject.toml: every skip prints its reason)
 # See docs/DEVELOPMENT.md.
 
 VENV ?= .venv
