@@ -2,6 +2,7 @@
 #   make env    build the virtual environment (torch, triton, a real ComfyUI 0.3.75)
 #   make test   build the environment if needed, then run the CPU test suite (pytest -ra,
 #               from pyproject.toml: every skip prints its reason)
+#   make demo   the Sol-Attn demo; make demo DEMO=psa: the PSA demo (see below)
 # See docs/DEVELOPMENT.md.
 
 VENV ?= .venv
@@ -55,12 +56,15 @@ test: $(STAMP)
 clean-env:
 	rm -rf $(VENV)
 
-# The main job on an embedded default: the Wan example workflow through the real ComfyUI
+# The main job on an embedded default: a Wan example workflow through the real ComfyUI
 # server, dense and sparse, tiny stand-in models unless real ones are configured
-# (tools/demo.py; SVATTN_MODELS_DIR, DEMO_ARGS="--steps N --keep"). Writes out/demo/.
+# (tools/demo.py; SVATTN_MODELS_DIR, DEMO_ARGS="--steps N --keep"). Writes out/demo/$(DEMO)/.
+#   make demo            DEMO=sol: Sol-Attn, workflows/wan2.1_t2v_14B_720p_sol_attn.json
+#   make demo DEMO=psa   PSA with the shipped preset, workflows/wan2.1_t2v_14B_720p_psa.json
+DEMO ?= sol
 DEMO_ARGS ?=
 demo: $(STAMP)
-	$(PY) tools/demo.py $(DEMO_ARGS)
+	$(PY) tools/demo.py --demo $(DEMO) $(DEMO_ARGS)
 
 # Tools for the tests of what users see (tests/test_workflows*.py); `make test` runs without
 # them, skipping those tests. .ci/run calls this before `make test`.
