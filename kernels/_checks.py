@@ -128,19 +128,25 @@ def resolve_scale(scale, head_dim: int) -> float:
 def per_head_beta(beta, num_heads: int, device) -> torch.Tensor:
     """β as a float32 tensor of shape (H,) on ``device``; ±inf allowed (all exact / none exact).
 
-    A float or a CPU tensor is checked for NaN here; a CUDA tensor is used as it is (checking
-    it would synchronise the device on every call): a NaN there selects no block."""
+    A float or a CPU tensor is checked for NaN here, and warned about outside the documented
+    range (``sol_routing.BETA_MIN``/``BETA_MAX``); a CUDA tensor is used as it is (checking it
+    would synchronise the device on every call): a NaN there makes every block exact."""
+    from .sol_routing import warn_if_beta_outside_range
     if isinstance(beta, torch.Tensor):
         if beta.dim() == 0:
             beta = beta.reshape(1).expand(num_heads)
         if beta.shape != (num_heads,):
             raise ValueError(f"beta must be a float or a tensor of shape (H,) = ({num_heads},), got {tuple(beta.shape)}")
-        if not beta.is_cuda and torch.isnan(beta).any():
+        if beta.is_cuda:
+            return beta.detach().to(device=device, dtype=torch.float32)
+        if torch.isnan(beta).any():
             raise ValueError("beta must not be NaN")
+        warn_if_beta_outside_range(beta)
         return beta.detach().to(device=device, dtype=torch.float32)
     if isinstance(beta, (int, float)) and not isinstance(beta, bool):
         if math.isnan(beta):
             raise ValueError("beta must not be NaN")
+        warn_if_beta_outside_range(beta)
         return torch.full((num_heads,), float(beta), device=device, dtype=torch.float32)
     raise TypeError(f"beta must be a float or a tensor of shape (H,), got {type(beta).__name__}")
 

@@ -27,7 +27,10 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import statistics
+import sys
+import warnings
 
 import torch
 
@@ -38,6 +41,16 @@ SOL_BLOCK = ROW_MAJOR_BLOCK
 # 64-token tiles (bt, bh, bw), most compact first; :func:`sol_tile_for_grid` takes the one that
 # pads the grid least, earlier entries winning ties.
 SOL_TILES = ((2, 4, 8), (1, 8, 8), (4, 4, 4), (2, 8, 4), (1, 4, 16), (4, 2, 8), (2, 2, 16), (1, 2, 32), (1, 1, 64))
+
+# The documented range of β: expected densities 1 − Φ(β) from ~84 % (β = −1) down to
+# ~0.003 % (β = 4). Below it Sol-Attn computes most blocks exactly and saves little; above it
+# nearly every block is pooled. Values outside it, ±inf included (every / no block exact,
+# used by tests), are accepted with a BetaRangeWarning.
+BETA_MIN, BETA_MAX = -1.0, 4.0
+
+
+class BetaRangeWarning(UserWarning):
+    """β outside [BETA_MIN, BETA_MAX]; filter it with ``warnings.filterwarnings``."""
 
 
 def sol_tile_for_grid(grid) -> tuple:
@@ -123,6 +136,37 @@ def density_for_beta(beta: float) -> float:
     if beta != beta:
         raise ValueError("beta must not be NaN")
     return 0.5 * math.erfc(beta / math.sqrt(2.0))
+
+
+def beta_range_problem(beta) -> str | None:
+    """What a β (float, or tensor of per-head values) outside [BETA_MIN, BETA_MAX] means, or
+    None inside it. NaN is not judged here (the callers refuse it)."""
+    values = beta.detach().float().cpu().flatten().tolist() if isinstance(beta, torch.Tensor) else [float(beta)]
+    outside = sorted({v for v in values if not BETA_MIN <= v <= BETA_MAX})
+    if not outside:
+        return None
+    effects = []
+    for v in outside:
+        if v == float("-inf"):
+            effects.append("-inf computes every key block exactly (dense attention at Sol-Attn's cost)")
+        elif v == float("inf"):
+            effects.append("inf computes only forced key blocks exactly (sinks, keep_diagonal)")
+        else:
+            effects.append(f"{v:g} gives an expected density 1 - Phi(beta) of {density_for_beta(v):.3g}")
+    return (f"beta outside the documented range [{BETA_MIN:g}, {BETA_MAX:g}] (expected density "
+            f"{density_for_beta(BETA_MIN):.2g} to {density_for_beta(BETA_MAX):.2g}): " + "; ".join(effects))
+
+
+def warn_if_beta_outside_range(beta) -> None:
+    """A BetaRangeWarning when ``beta_range_problem(beta)`` finds one, attributed to the first
+    caller outside this package (the line that passed β, so Python shows it once per line)."""
+    problem = beta_range_problem(beta)
+    if problem:
+        here = os.path.dirname(os.path.abspath(__file__))
+        frame, level = sys._getframe(0), 1
+        while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == here:
+            frame, level = frame.f_back, level + 1
+        warnings.warn(problem, BetaRangeWarning, stacklevel=level)
 
 
 def beta_for_density(rho: float) -> float:

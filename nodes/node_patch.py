@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
+from ._kernels import kernels_module
 from .config import BACKENDS, ESTIMATORS, METHODS, PRESET_GRID_POLICIES, make_config
 from .patching import patch_model
 
@@ -10,6 +11,11 @@ PRESET_TYPE = "SPARSE_MASK_PRESET"
 Preset = io.Custom(PRESET_TYPE)
 
 _DENSITY_TABLE = "β 1.0 → ~16 % of key blocks exact, 1.5 → ~7 %, 2.0 → ~2.3 % (density = 1 − Φ(β))"
+_routing = kernels_module("sol_routing")
+_BETA_RANGE = (f"Documented range {_routing.BETA_MIN:g} to {_routing.BETA_MAX:g} (density "
+               f"~{100 * _routing.density_for_beta(_routing.BETA_MIN):.0f} % down to "
+               f"~{100 * _routing.density_for_beta(_routing.BETA_MAX):.3f} %); a value outside it "
+               "runs, with a warning in the console")
 
 
 class SparseAttentionPatch(io.ComfyNode):
@@ -33,7 +39,7 @@ class SparseAttentionPatch(io.ComfyNode):
                 io.Float.Input("beta", default=1.5, min=-10.0, max=10.0, step=0.05,
                                tooltip="Sol-Attn threshold in standard deviations of the proxy "
                                        "scores (unitless). Higher = sparser. " + _DENSITY_TABLE
-                                       + ". Ignored when target_sparsity > 0."),
+                                       + ". " + _BETA_RANGE + ". Ignored when target_sparsity > 0."),
                 io.Float.Input("target_sparsity", default=0.0, min=0.0, max=0.99, step=0.01,
                                tooltip="Alternative to beta: the fraction of key blocks to skip "
                                        "(0 = use beta). β is derived as Φ⁻¹(target_sparsity); "

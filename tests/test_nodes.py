@@ -102,6 +102,26 @@ def test_bad_widget_values_name_the_widget(pack, wan, widgets, words):
     assert words in str(e.value)
 
 
+@pytest.mark.parametrize("widgets, logged", [
+    ({"beta": 5.0}, "5 gives an expected density"),
+    ({"beta": float("-inf")}, "-inf computes every key block exactly"),
+    ({"beta": 1.5}, None),
+    ({"beta": 9.0, "target_sparsity": 0.9}, None),   # target_sparsity wins: beta is Φ⁻¹(0.9)
+    ({"beta": 9.0, "method": "dense"}, None),        # beta unused
+])
+def test_beta_outside_the_documented_range_is_logged(pack, wan, caplog, widgets, logged):
+    patch(pack, wan.patcher, **widgets)
+    warned = [r.getMessage() for r in caplog.records
+              if r.levelname == "WARNING" and "documented range" in r.getMessage()]
+    assert warned == ([] if logged is None else [warned[0]]) and (logged is None or logged in warned[0]), warned
+
+
+def test_beta_tooltip_states_the_documented_range(pack):
+    routing = pack._kernels.kernels_module("sol_routing")
+    beta = next(i for i in pack.node_patch.SparseAttentionPatch.define_schema().inputs if i.id == "beta")
+    assert f"Documented range {routing.BETA_MIN:g} to {routing.BETA_MAX:g}" in beta.tooltip
+
+
 def test_preset_that_is_not_a_preset(pack, wan):
     with pytest.raises(ValueError, match="preset: expected a stripe-mask preset"):
         patch(pack, wan.patcher, method="psa", preset={"grid": (3, 4, 6)})

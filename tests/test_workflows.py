@@ -7,6 +7,9 @@ the official names the workflows load (tools/tiny_models.py, shared with ``make 
 * test_workflow_matches_object_info: node types exist (core or this pack only), widget
   values line up with /object_info (count, combo options, number bounds), links join
   matching types, a Note points at BENCHMARKS.md.
+* test_workflow_follows_the_recommended_settings: every Sparse Attention Patch uses its row
+  of the README's "Recommended settings" (tools/recommended_settings.py) and the node's
+  defaults elsewhere; a PSA row's preset is the shipped one for the workflow's token grid.
 * test_workflow_loads_in_web_ui (needs chromium): the real web UI in headless Chromium loads
   the file: no missing node type, every widget holds the saved value and a valid one, and the
   frontend's own graphToPrompt gives the same API prompt as tools/workflow_api.py.
@@ -25,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import comfyui_harness as h  # puts tools/ on sys.path
+import recommended_settings
 import tiny_models as tiny
 import workflow_api as wc
 from comfyui_server import SUMMARY_RE
@@ -32,6 +36,7 @@ from comfyui_server import SUMMARY_RE
 WORKFLOWS_DIR = h.REPO_ROOT / "workflows"
 WORKFLOWS = {
     "wan2.1_t2v_14B_720p_sol_attn.json": "wan21_t2v",
+    "wan2.1_t2v_14B_720p_psa.json": "wan21_t2v",
     "wan2.2_i2v_A14B_two_stage_sol_attn.json": "wan22_i2v",
     "hunyuan_video_t2v_720p_psa.json": "hunyuan_video",
     "ltxv_t2v_sol_attn.json": "ltxv",
@@ -55,22 +60,30 @@ def test_every_workflow_file_is_covered():
 # The server
 # --------------------------------------------------------------------------------------------
 
-def _write_tiny_preset(path: Path):
-    """A PSA preset for the tiny HunyuanVideo model (2 blocks, 1 head) on the test's token grid,
-    under the name the workflow loads: models/sparse_attention_presets/ comes first in the
-    loader's search, so it stands in for the shipped 720p preset as the tiny files do for
-    the real weights."""
-    import torch
-    from kernels.presets import Preset, save_preset
-    params = torch.tensor([2, 0, 0, 2, 0, 0], dtype=torch.int64).expand(1, 2, 1, 6).clone()
-    preset = Preset(name="hunyuan_video_tiny_test", family="hunyuan_video", model_name="tiny test model",
-                    fingerprint={"layers": 2, "heads": 1, "head_dim": 128, "hidden_size": 128},
-                    grid=wc.HUNYUAN_TINY_GRID, tile=(1, 2, 4), params=params, bucket_edges=[], source="geometry",
-                    search={"rule": "target_sparsity", "value": 0.5, "metric": "mse", "candidates": 1, "prompts": 1,
-                            "query_tiles": None, "rows_per_tile": None},
-                    stats={"sparsity": 0.5, "mean_loss": None, "layer_sparsity": [0.5, 0.5]})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_preset(preset, path)
+# The PSA workflows' tiny runs: (blocks, heads, hidden size) of the family's file in
+# tools/tiny_models.py, the token grid tiny_run_prompt gives it, and a tile for that grid.
+TINY_PSA = {
+    "wan21_t2v": (2, 1, tiny.wan_hidden_size(1), wc.WAN_TINY_GRID, (1, 2, 2)),
+    "hunyuan_video": (2, 1, 128, wc.HUNYUAN_TINY_GRID, (1, 2, 4)),
+}
+
+
+def preset_names(wf: dict) -> list[str]:
+    return [n["widgets_values"][0] for n in wf["nodes"] if n["type"] == "LoadStripeMaskPreset"]
+
+
+def _write_standin_presets(folder: Path):
+    """For each PSA workflow, a preset for its tiny model (tiny_models.standin_preset: the
+    shipped one cut to the tiny model and grid) under the name the workflow loads:
+    models/sparse_attention_presets/ comes first in the loader's search, so it stands in for
+    the shipped 720p preset as the tiny files do for the real weights."""
+    from kernels.presets import save_preset
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, family in WORKFLOWS.items():
+        for preset in preset_names(load(name)):
+            layers, heads, hidden, grid, tile = TINY_PSA[family]
+            save_preset(tiny.standin_preset(h.REPO_ROOT / "mask_presets" / preset, layers=layers, heads=heads,
+                                            hidden_size=hidden, grid=grid, tile=tile), folder / preset)
 
 
 def _write_start_image(path: Path):
@@ -93,7 +106,7 @@ def server(tmp_path_factory, comfyui):
     t0 = time.perf_counter()
     for family in tiny.FILES:
         tiny.write_models(base / "models", family, cache_dir=MODEL_CACHE)
-    _write_tiny_preset(base / "models" / "sparse_attention_presets" / wc.make_workflows.HUNYUAN_PRESET)
+    _write_standin_presets(base / "models" / "sparse_attention_presets")
     _write_start_image(base / "input" / I2V_START_IMAGE)
     files_s = time.perf_counter() - t0
     srv = h.start_server(base)
@@ -181,17 +194,41 @@ def test_workflow_matches_object_info(server, name):
             assert req in node["inputs"], f"{name}: {node['class_type']} {nid} lacks {req}"
 
 
-def test_hunyuan_workflow_preset_is_shipped():
-    """The HunyuanVideo workflow names a preset file of the pack's mask_presets/."""
-    preset = wc.make_workflows.HUNYUAN_PRESET
-    wf = load("hunyuan_video_t2v_720p_psa.json")
-    assert [n["widgets_values"][0] for n in wf["nodes"] if n["type"] == "LoadStripeMaskPreset"] == [preset]
-    shipped = h.REPO_ROOT / "mask_presets" / preset
-    assert shipped.is_file(), f"mask_presets/{preset} is missing"
-    from kernels.presets import load_preset
-    p = load_preset(shipped)
-    # 1280x720, 129 frames -> latent 33 x 90 x 160 -> tokens 33 x 45 x 80 (patch 1x2x2)
-    assert tuple(p.grid) == (33, 45, 80)
+def token_grid(prompt: dict) -> tuple[int, int, int]:
+    """The video token grid of a Wan or HunyuanVideo workflow's latent: the VAE compresses 4x in
+    time and 8x in space, the patch is 1 x 2 x 2."""
+    latent = next(n["inputs"] for n in prompt.values() if n["class_type"] == "EmptyHunyuanLatentVideo")
+    return (latent["length"] - 1) // 4 + 1, latent["height"] // 16, latent["width"] // 16
+
+
+@pytest.mark.parametrize("name", sorted(WORKFLOWS))
+def test_workflow_follows_the_recommended_settings(server, name):
+    info = server.object_info
+    row = recommended_settings.for_workflow(name)
+    prompt = wc.ui_to_api(load(name), info)
+    patches = [n["inputs"] for n in prompt.values() if n["class_type"] == "SparseAttentionPatch"]
+    assert patches
+    widgets = [w for w, kind in wc.widget_layout(info, "SparseAttentionPatch") if kind not in ("control", "upload")]
+    for inputs in patches:
+        assert inputs["method"] == row.method
+        for widget in widgets:
+            value, wanted = inputs[widget], row.settings.get(widget)
+            if isinstance(wanted, tuple):
+                assert wanted[0] <= value <= wanted[1], f"{name}: {widget} {value} outside the recommended {wanted}"
+            elif widget in row.settings:
+                assert value == wanted, f"{name}: {widget} {value!r}, recommended {wanted!r}"
+            elif widget != "method":
+                default = wc.widget_default(info, "SparseAttentionPatch", widget)
+                assert value == default, f"{name}: {widget} {value!r} is neither recommended nor the default {default!r}"
+        if row.shipped_preset:
+            source = prompt[inputs["preset"][0]]
+            assert source["class_type"] == "LoadStripeMaskPreset", source
+            from kernels.presets import load_preset
+            preset = load_preset(h.REPO_ROOT / "mask_presets" / source["inputs"]["preset_name"])
+            assert preset.family == {"wan21_t2v": "wan"}.get(WORKFLOWS[name], WORKFLOWS[name])
+            assert tuple(preset.grid) == token_grid(prompt), f"{name}: preset grid {preset.grid}"
+        else:
+            assert "preset" not in inputs
 
 
 # --------------------------------------------------------------------------------------------
@@ -322,7 +359,7 @@ def test_workflow_runs_on_cpu(server, name):
         assert len(entry["outputs"].get(nid, {}).get("images", [])) == 3, entry["outputs"].get(nid)
     # the sparse path was taken: one run summary per patched model, each with sparse calls
     summaries = [m.groups() for m in SUMMARY_RE.finditer(log)]
-    method = {"hunyuan_video": "psa"}.get(family, "sol_attn")
+    method = recommended_settings.for_workflow(name).method
     assert len(summaries) == PATCHES_EXPECTED[family], f"run summaries {summaries}; changes {changed}\n{log[-3000:]}"
     for fam, meth, forwards, calls, sparse, density, dense in summaries:
         assert meth == method and int(forwards) > 0

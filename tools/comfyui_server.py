@@ -289,8 +289,12 @@ def start_server(base_dir: Path, pack_dir: Path = REPO_ROOT, timeout_s: float = 
         link_custom_node(base_dir, name, target)
     port = free_port()
     log_path = base_dir / "server.log"
+    # ComfyUI's default database lives in the ComfyUI folder's user/, which the prepared copy
+    # lacks ("Failed to initialize database" in the log); keep it with the run instead.
+    (base_dir / "user").mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, str(comfy_dir / "main.py"), *(["--cpu"] if cpu else []), "--listen", "127.0.0.1",
-           "--port", str(port), "--base-directory", str(base_dir), "--disable-auto-launch", "--disable-metadata"]
+           "--port", str(port), "--base-directory", str(base_dir), "--disable-auto-launch", "--disable-metadata",
+           "--database-url", f"sqlite:///{base_dir / 'user' / 'comfyui.db'}"]
     for path in extra_model_paths:
         cmd += ["--extra-model-paths-config", str(path)]
     cmd += list(extra_args)

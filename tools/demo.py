@@ -1,12 +1,14 @@
 """``make demo``: the pack's main job on an embedded default, through the real ComfyUI.
 
-    python tools/demo.py [--out out/demo] [--steps N] [--keep]
+    python tools/demo.py [--demo sol|psa] [--out out/demo/<demo>] [--steps N] [--keep]
 
 Starts ComfyUI's own server (main.py of the located ComfyUI, see tools/comfyui_env.py)
 headless on a loopback port, with a temporary base directory whose custom_nodes/ holds this
-pack, loads workflows/wan2.1_t2v_14B_720p_sol_attn.json, converts it to an API prompt the way
-the frontend does (tools/workflow_api.py) and runs it through /prompt twice: once with the
-Sparse Attention Patch's method set to ``dense`` and once as shipped (Sol-Attn). It prints
+pack, loads the demo's workflow (``DEMOS``: sol = workflows/wan2.1_t2v_14B_720p_sol_attn.json,
+psa = workflows/wan2.1_t2v_14B_720p_psa.json with the shipped Wan2.1-14B 720p preset),
+converts it to an API prompt the way the frontend does (tools/workflow_api.py) and runs it
+through /prompt twice: once with the Sparse Attention Patch's method set to ``dense`` and once
+as shipped (Sol-Attn or PSA). It prints
 attention calls sparse/dense by reason, the achieved density, sampling and wall time of both
 runs and the rel-L2 of the sparse run's sampled latent against the dense one's, and writes the
 Sparse Attention Inspector's images as PNG files into ``--out``.
@@ -22,7 +24,11 @@ configured models folder:
 Otherwise tiny stand-ins are written under the official file names (tools/tiny_models.py:
 ComfyUI's own Wan class in the real key layout, random weights; a small Wan VAE), the text
 encoder is replaced by the stand-in node of tools/tiny_text_encode (UMT5-XXL cannot be made
-tiny), and the latent size and step count are scaled down. With CUDA, ComfyUI runs on the GPU
+tiny), and the latent size and step count are scaled down. The shipped PSA preset fits only
+the real model (40 blocks x 40 heads) and the 720p grid, so the PSA demo gives the stand-in a
+preset cut from it (its first blocks and heads, rescaled to the tiny grid:
+tiny_models.standin_preset) under the same file name. With random weights the videos are
+noise, and the report says so. With CUDA, ComfyUI runs on the GPU
 and the patch uses the Triton kernels; without it, ComfyUI runs with --cpu and the patch uses
 the float32 reference of the same kernels. Exits non-zero with a message on any failure.
 """
@@ -47,16 +53,26 @@ import comfyui_server  # noqa: E402
 import tiny_models  # noqa: E402
 import workflow_api  # noqa: E402
 
-WORKFLOW = REPO / "workflows" / "wan2.1_t2v_14B_720p_sol_attn.json"
+if str(REPO) not in sys.path:  # kernels (tiny_models.standin_preset)
+    sys.path.append(str(REPO))
+
+# The choices of ``make demo DEMO=...``: the workflow each runs (both Wan 2.1 T2V 14B 720p).
+DEMOS = {
+    "sol": REPO / "workflows" / workflow_api.make_workflows.WAN_SOL_WORKFLOW,
+    "psa": REPO / "workflows" / workflow_api.make_workflows.WAN_PSA_WORKFLOW,
+}
 FAMILY = "wan21_t2v"
-DEFAULT_OUT = REPO / "out" / "demo"
+DEFAULT_OUT = REPO / "out" / "demo"  # one folder per demo below it
 
 # The tiny run: a Wan 2.1 T2V stand-in with 4 blocks of 2 heads (head dim 128, as the real
 # model), a 256x160, 17-frame video: latent 5 x 20 x 32, 5 x 10 x 16 = 800 tokens (13 key
 # blocks of 64 per query block), 10 steps (the first 2 dense: warm-up 0.2); a Wan VAE of base
-# width 8 (decoding dominates the CPU run's time).
+# width 8 (decoding dominates the CPU run's time). PSA: tile 1 x 2 x 4 makes the 5 x 10 x 16 grid
+# a 5 x 5 x 4 block grid, close in shape to the shipped 720p preset's 7 x 6 x 5.
 TINY_LAYERS, TINY_HEADS, TINY_VAE_DIM = 4, 2, 8
 TINY_SIZE = {"width": 256, "height": 160, "length": 17}
+TINY_GRID = (5, 10, 16)  # TINY_SIZE's token grid: frames (17 - 1) / 4 + 1, height / 16, width / 16
+TINY_PSA_TILE = (1, 2, 4)
 TINY_STEPS = 10
 INSPECTOR_IMAGES = ("density_map", "head_density", "psa_masks")  # the node's IMAGE outputs, in order
 LOADER_FOLDERS = workflow_api.make_workflows.MODEL_DIRS  # loader node -> models/ sub-folder
@@ -135,7 +151,7 @@ def missing_files(prompt: dict, object_info: dict) -> list[str]:
 def only(prompt: dict, class_type: str) -> str:
     ids = [nid for nid, n in prompt.items() if n["class_type"] == class_type]
     if len(ids) != 1:
-        raise DemoError(f"{WORKFLOW.name}: expected one {class_type} node, found {len(ids)}")
+        raise DemoError(f"the workflow has {len(ids)} {class_type} nodes, expected one")
     return ids[0]
 
 
@@ -244,14 +260,16 @@ def report_lines(ctx: dict, dense: dict, sparse: dict, rel: float, images: list[
     if dense["sampling_s"] and sparse["sampling_s"]:
         speed = f"  ({dense['sampling_s'] / sparse['sampling_s']:.2f}x)"
     density = s["mean_density"]
+    method = (f"beta {patch['beta']}, target_sparsity {patch['target_sparsity']}, " if s["method"] == "sol_attn"
+              else "")
     lines = [
-        f"== sparse-video-attention demo: {WORKFLOW.relative_to(REPO)} through ComfyUI {ctx['comfyui_version']} "
-        f"(main.py, headless) on {ctx['device']}",
+        f"== sparse-video-attention demo: {ctx['workflow'].relative_to(REPO)} through ComfyUI "
+        f"{ctx['comfyui_version']} (main.py, headless) on {ctx['device']}",
         f"models: {ctx['models']}",
         *[f"  changed: {c}" for c in ctx["changes"]],
-        f"patch: {s['method']}, beta {patch['beta']}, target_sparsity {patch['target_sparsity']}, warmup "
-        f"{patch['warmup']}, dense_blocks {patch['dense_blocks']!r}, min_tokens {patch['min_tokens']}, backend "
-        f"{patch['backend']}; {s['forwards']} model forwards per run",
+        f"patch: {s['method']}, {method}warmup {patch['warmup']}, dense_blocks {patch['dense_blocks']!r}, "
+        f"min_tokens {patch['min_tokens']}, backend {patch['backend']}; {s['forwards']} model forwards per run",
+        *([f"preset: {ctx['preset']}"] if ctx["preset"] else []),
         "",
         f"{'':26}{'dense (method=dense)':>24}{'sparse (as shipped)':>24}",
         f"{'attention calls':26}{d['calls']:>24}{s['calls']:>24}",
@@ -269,7 +287,14 @@ def report_lines(ctx: dict, dense: dict, sparse: dict, rel: float, images: list[
     if ctx["cpu"]:
         lines.append("note: on the CPU the sparse path is the float32 reference of the kernels, not meant to be fast;"
                      " the speed-up needs the Triton kernels on a GPU (BENCHMARKS.md)")
+    if ctx["tiny"]:
+        lines.append("note: the videos are noise by design: the stand-in models' weights are random (no real "
+                     "model files), so nothing meaningful is drawn; what the demo shows is the pipeline, the "
+                     "attention counts and densities and the Inspector images. SVATTN_MODELS_DIR runs real files")
     lines += ["", "inspector images:", *[f"  {p}" for p in images]]
+    if s["method"] != "psa":
+        lines.append("  (psa_masks.png says NO PSA PRESET: Sol-Attn has no stripe masks; make demo DEMO=psa draws "
+                     "a preset's masks)")
     lines += ["videos:", *[f"  {p}" for p in ctx["videos"]]]
     return lines
 
@@ -278,14 +303,14 @@ def report_lines(ctx: dict, dense: dict, sparse: dict, rel: float, images: list[
 # Main
 # --------------------------------------------------------------------------------------------
 
-def demo(out_dir: Path, base: Path, steps: int | None, timeout_s: float) -> list[str]:
+def demo(workflow: Path, out_dir: Path, base: Path, steps: int | None, timeout_s: float) -> list[str]:
     import torch
     cuda = torch.cuda.is_available()
     if not cuda:
         # the server (and this process) must see it before triton is imported
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    if not WORKFLOW.is_file():
-        raise DemoError(f"{WORKFLOW} is missing")
+    if not workflow.is_file():
+        raise DemoError(f"{workflow} is missing")
     extra_model_paths, sources = configured_model_paths(base)
     # On the CPU ComfyUI would pick its chunked sub-quadratic attention, which is far slower
     # than PyTorch's SDPA; the dense baseline uses SDPA, as ComfyUI does on CUDA by default.
@@ -306,12 +331,14 @@ def demo(out_dir: Path, base: Path, steps: int | None, timeout_s: float) -> list
         print(f"== ComfyUI up in {time.perf_counter() - t0:.1f} s ({server.url})", flush=True)
         defaults_used = []
         try:
-            prompt = workflow_api.ui_to_api(json.loads(WORKFLOW.read_text()), info, defaults_used)
+            prompt = workflow_api.ui_to_api(json.loads(workflow.read_text()), info, defaults_used)
         except (ValueError, KeyError) as e:
-            raise DemoError(f"{WORKFLOW.name} does not match this ComfyUI's nodes: {e}") from None
+            raise DemoError(f"{workflow.name} does not match this ComfyUI's nodes: {e}") from None
         missing = missing_files(prompt, info)
         backend = "triton" if cuda else "reference"
-        ctx = {"cpu": not cuda,
+        presets = [n["inputs"]["preset_name"] for n in prompt.values() if n["class_type"] == "LoadStripeMaskPreset"]
+        ctx = {"cpu": not cuda, "workflow": workflow, "tiny": bool(missing),
+               "preset": f"{presets[0]} (shipped, mask_presets/)" if presets else None,
                "changes": [f"widget missing in the workflow file, default used: {d}" for d in defaults_used],
                "comfyui_version": server.get_json("/system_stats")["system"].get("comfyui_version", "?"),
                "device": torch.cuda.get_device_name(0) if cuda else "the CPU (--cpu --use-pytorch-cross-attention)"}
@@ -328,6 +355,8 @@ def demo(out_dir: Path, base: Path, steps: int | None, timeout_s: float) -> list
         else:
             where = "no models folder configured" if not sources else f"not found through {', '.join(sources)}"
             written = write_tiny_models(base, cuda)
+            if presets:
+                ctx["preset"] = write_standin_preset(base, presets[0])
             ctx["models"] = (f"tiny stand-ins under the official names ({where}: {', '.join(missing)}): "
                              f"{', '.join(p.name for p in written)} (Wan 2.1 T2V class, {TINY_LAYERS} blocks x "
                              f"{TINY_HEADS} heads of 128, random weights; Wan VAE of base width {TINY_VAE_DIM}); text encoder: stand-in node "
@@ -372,7 +401,8 @@ def demo(out_dir: Path, base: Path, steps: int | None, timeout_s: float) -> list
         times = {label: {f"{nid} {p[nid]['class_type']}": round(t, 3) for nid, t in r["entry"]["node_seconds"].items()}
                  for label, r, p in (("warm-up", warm, warmup_prompt(sparse_prompt, ids)),
                                      ("dense", dense, dense_prompt), ("sparse", sparse, sparse_prompt))}
-        doc = {"workflow": str(WORKFLOW.relative_to(REPO)), "device": ctx["device"], "models": ctx["models"],
+        doc = {"workflow": str(workflow.relative_to(REPO)), "device": ctx["device"], "models": ctx["models"],
+               "preset": ctx["preset"],
                "changes": ctx["changes"], "patch": ctx["patch_inputs"],
                "run_summary": {"dense": dense["summary"], "sparse": sparse["summary"]},
                "sampling_s": {"dense": dense["sampling_s"], "sparse": sparse["sampling_s"]},
@@ -395,10 +425,31 @@ def write_tiny_models(base: Path, cuda: bool) -> list[Path]:
         raise DemoError(f"could not write the tiny model files: {type(e).__name__}: {e}") from None
 
 
+def write_standin_preset(base: Path, name: str) -> str:
+    """The tiny run's PSA preset (see the module docstring), saved as ``name`` in
+    base/models/sparse_attention_presets/; returns its description for the report."""
+    from kernels.presets import save_preset
+    shipped = REPO / "mask_presets" / name
+    if not shipped.is_file():
+        raise DemoError(f"the workflow loads the preset {name}, which is not in mask_presets/")
+    preset = tiny_models.standin_preset(shipped, layers=TINY_LAYERS, heads=TINY_HEADS, hidden_size=tiny_models.wan_hidden_size(TINY_HEADS),
+                                        grid=TINY_GRID, tile=TINY_PSA_TILE)
+    folder = base / "models" / "sparse_attention_presets"
+    folder.mkdir(parents=True, exist_ok=True)
+    save_preset(preset, folder / name)
+    return (f"{name}: a stand-in in models/sparse_attention_presets/ (the shipped one fits only the real 40 x 40 "
+            f"model on the 720p grid): its masks of blocks 0-{TINY_LAYERS - 1}, heads 0-{TINY_HEADS - 1}, rescaled "
+            f"to token grid {TINY_GRID} with tile {TINY_PSA_TILE} (block grid {preset.block_grid}), "
+            f"{preset.stats['sparsity']:.0%} block-sparse")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=DEFAULT_OUT, help="where the PNGs, videos and report go "
-                    "(default: out/demo)")
+    ap.add_argument("--demo", choices=sorted(DEMOS), default="sol",
+                    help="sol: Sol-Attn (workflows/wan2.1_t2v_14B_720p_sol_attn.json); psa: PSA with the shipped "
+                         "Wan 720p preset (workflows/wan2.1_t2v_14B_720p_psa.json). Default: sol")
+    ap.add_argument("--out", type=Path, default=None, help="where the PNGs, videos and report go "
+                    "(default: out/demo/<demo>)")
     ap.add_argument("--steps", type=int, default=None,
                     help=f"sampling steps (default: {TINY_STEPS} with the tiny model, the workflow's with real files)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds allowed per run (default 1800)")
@@ -408,7 +459,8 @@ def main(argv=None) -> int:
     base = Path(tempfile.mkdtemp(prefix="svattn-demo-"))
     ok = False
     try:
-        lines = demo(args.out.resolve(), base, args.steps, args.timeout)
+        out = (args.out or DEFAULT_OUT / args.demo).resolve()
+        lines = demo(DEMOS[args.demo], out, base, args.steps, args.timeout)
         ok = True
     except DemoError as e:
         print(f"\nmake demo FAILED: {e}\n(ComfyUI's base directory with its server.log is kept: {base})",
@@ -428,7 +480,7 @@ def main(argv=None) -> int:
             shutil.rmtree(base, ignore_errors=True)
     print()
     print("\n".join(lines))
-    print(f"\nreport: {args.out.resolve() / 'report.txt'} (and report.json); demo took {time.perf_counter() - t0:.0f} s"
+    print(f"\nreport: {out / 'report.txt'} (and report.json); demo took {time.perf_counter() - t0:.0f} s"
           + (f"; ComfyUI base directory kept: {base}" if args.keep else ""))
     return 0
 

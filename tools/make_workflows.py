@@ -18,6 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "workflows"
+if str(ROOT / "tools") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tools"))
+
+import recommended_settings  # noqa: E402
 
 WIDGET_TYPES = {"INT", "FLOAT", "STRING", "BOOLEAN", "COMBO"}
 HF = "https://huggingface.co"
@@ -85,6 +89,25 @@ def widget_layout(info: dict, node_type: str) -> list[tuple[str, str]]:
 
 def socket_inputs(info: dict, node_type: str) -> list[tuple[str, str]]:
     return [(name, t) for name, t, _, is_widget in ordered_inputs(info, node_type) if not is_widget]
+
+
+def widget_default(info: dict, node_type: str, name: str):
+    """The value the frontend gives a new widget: its default, else a combo's first option."""
+    spec = {**info[node_type]["input"].get("required", {}), **info[node_type]["input"].get("optional", {})}[name]
+    opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+    if "default" in opts:
+        return opts["default"]
+    options = spec[0] if isinstance(spec[0], list) else opts.get("options", [])
+    return options[0] if options else None
+
+
+def patch_widgets(info: dict, workflow: str) -> dict:
+    """The Sparse Attention Patch widgets of a shipped workflow: the node's defaults, with the
+    method and settings of the workflow's row in tools/recommended_settings.py."""
+    widgets = {name: widget_default(info, "SparseAttentionPatch", name)
+               for name, kind in widget_layout(info, "SparseAttentionPatch") if kind not in ("control", "upload")}
+    widgets.update(recommended_settings.for_workflow(workflow).workflow_widgets())
+    return widgets
 
 
 class Graph:
@@ -173,13 +196,25 @@ PATCH_COLOR = ("#233", "#355")
 NEGATIVE_WAN = ("blurry, low quality, static frame, overexposed, jpeg artifacts, deformed hands, "
                 "extra fingers, watermark, subtitles")
 
-SOL_DEFAULTS = dict(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exact", warmup=0.2,
-                    final_dense=0.0, dense_blocks="0", min_tokens=4096, reorder="off", backend="auto",
-                    preset_grid="refuse")
+def settings_line(workflow: str) -> str:
+    """The note's line on the patch settings: the README's recommendation for this workflow."""
+    row = recommended_settings.for_workflow(workflow)
+    line = f"method {row.method}: {row.settings_text(code='')} (README, 'Recommended settings')"
+    ranges = [f"{k} {v[0]}" for k, v in row.settings.items() if isinstance(v, tuple)]
+    if ranges:
+        line += f"; set here: {', '.join(ranges)}, the start of the range: compare a few frames with method dense " \
+                "before going higher"
+    if "target_sparsity" in row.settings:
+        line += "; beta is not used while target_sparsity > 0 (beta = Φ⁻¹(target_sparsity))"
+    return line
 
 
-def note_text(model: str, method: str, lines: list[str]) -> str:
-    body = "\n".join(f"- {line}" for line in lines)
+WARMUP_AND_DENSE_BLOCKS = ("warmup is the fraction of the first steps that stay dense; dense_blocks lists the "
+                           "transformer blocks that stay dense (0 = the first)")
+
+
+def note_text(model: str, method: str, workflow: str, lines: list[str]) -> str:
+    body = "\n".join(f"- {line}" for line in [settings_line(workflow), *lines])
     return (f"Sparse attention for {model} ({method})\n\n"
             f"Recommended settings:\n{body}\n"
             "- the patch can sit anywhere between the model loader and the sampler: model nodes after it "
@@ -191,13 +226,23 @@ def note_text(model: str, method: str, lines: list[str]) -> str:
             "line per sampling run: attention calls sparse/dense and the achieved density.")
 
 
-def wan21_t2v(info) -> dict:
+WAN_SOL_WORKFLOW = "wan2.1_t2v_14B_720p_sol_attn.json"
+WAN_PSA_WORKFLOW = "wan2.1_t2v_14B_720p_psa.json"
+WAN_PRESET = "wan2.1_14b_720p_81f.json"
+
+
+def wan21_t2v(info, method: str) -> dict:
+    """Wan 2.1 T2V 14B at 720p, with Sol-Attn (method sol_attn) or PSA and the shipped preset."""
+    psa = method == "psa"
+    workflow = WAN_PSA_WORKFLOW if psa else WAN_SOL_WORKFLOW
     g = Graph(info)
     unet = g.node("UNETLoader", (0, 0), {"unet_name": "wan2.1_t2v_14B_fp8_e4m3fn.safetensors", "weight_dtype": "default"}, (380, 90))
     clip = g.node("CLIPLoader", (0, 140), {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}, (380, 110))
     vae = g.node("VAELoader", (0, 300), {"vae_name": "wan_2.1_vae.safetensors"}, (380, 60))
-    patch = g.node("SparseAttentionPatch", (440, 0), dict(SOL_DEFAULTS), (340, 320), color=PATCH_COLOR)
-    shift = g.node("ModelSamplingSD3", (440, 360), {"shift": 8.0}, (340, 60))
+    if psa:
+        preset = g.node("LoadStripeMaskPreset", (440, -40), {"preset_name": WAN_PRESET}, (340, 60), color=PATCH_COLOR)
+    patch = g.node("SparseAttentionPatch", (440, 40 if psa else 0), patch_widgets(info, workflow), (340, 320), color=PATCH_COLOR)
+    shift = g.node("ModelSamplingSD3", (440, 400 if psa else 360), {"shift": 8.0}, (340, 60))
     pos = g.node("CLIPTextEncode", (820, 0), {"text": "A red fox trotting through fresh snow between pine trees at dawn, "
                                               "low tracking shot, soft golden light, breath visible in the cold air"},
                  (420, 160), title="Positive prompt")
@@ -207,18 +252,29 @@ def wan21_t2v(info) -> dict:
                                         "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0}, (320, 270))
     dec = g.node("VAEDecode", (1280, 310), {}, (220, 50))
     vid = g.node("CreateVideo", (1280, 400), {"fps": 16.0}, (220, 80))
-    save = g.node("SaveVideo", (1640, 0), {"filename_prefix": "video/wan21_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    save = g.node("SaveVideo", (1640, 0), {"filename_prefix": f"video/wan21_t2v_{'psa' if psa else 'sparse'}", "format": "auto", "codec": "auto"}, (420, 420))
     insp = g.node("SparseAttentionInspector", (1640, 460), {"mask_layer": 0}, (420, 520), color=PATCH_COLOR)
-    g.node("Note", (0, 400), {"text": note_text("Wan 2.1 T2V 14B, 1280x720, 81 frames", "Sol-Attn", [
-        "method sol_attn, beta 1.5 (about 7 % of key blocks computed exactly; 1.0 is about 16 %)",
-        "warmup 0.2: the first 20 % of the steps stay dense; dense_blocks 0: the first block stays dense",
+    method_lines = [
+        f"preset {WAN_PRESET} from 'Load Stripe Mask Preset': made for this resolution and length (token grid "
+        "21 x 45 x 80); another size needs another preset (or preset_grid rescale, approximate)",
+        "the other widgets (beta, target_sparsity, estimator, sol_tile) are Sol-Attn settings and are ignored by psa",
+    ] if psa else [
         "min_tokens 4096: short sequences stay dense (720p x 81 frames is 75,600 tokens)",
-        "reorder off; try 1,4,16 to make each 64-token block a compact 3D patch",
+        "sol_tile auto: each 64-token block is a 3D tile of the latent grid (1,8,8 at 720p); off = row-major blocks, "
+        "faster at the same sparsity, less accurate (BENCHMARKS.md)",
+    ]
+    g.node("Note", (0, 400), {"text": note_text("Wan 2.1 T2V 14B, 1280x720, 81 frames",
+                                                "PSA with a stripe-mask preset" if psa else "Sol-Attn", workflow, [
+        WARMUP_AND_DENSE_BLOCKS,
+        *method_lines,
         "sampler as Wan recommends for 14B T2V: 30 steps, cfg 5, shift 8",
         "Sparse Attention Inspector (after the sampler): achieved density per block x step and per head of "
-        "the last run, grey = dense; its summary output is the same as JSON"])}, (380, 360), title="Read me")
+        "the last run, grey = dense" + (", and the preset's per-head masks" if psa else "")
+        + "; its summary output is the same as JSON"])}, (380, 360), title="Read me")
     g.link(unet, 0, shift, "model")
     g.link(shift, 0, patch, "model")
+    if psa:
+        g.link(preset, 0, patch, "preset")
     g.link(patch, 0, ks, "model")
     g.link(clip, 0, pos, "clip")
     g.link(clip, 0, neg, "clip")
@@ -232,8 +288,12 @@ def wan21_t2v(info) -> dict:
     g.link(patch, 0, insp, "model")
     g.link(ks, 0, insp, "samples")
     g.group("Models", (-20, -60, 420, 440))
-    g.group("Sparse attention", (420, -60, 380, 500), color="#3f8f6e")
+    g.group("Sparse attention" + (" (PSA)" if psa else ""), (420, -100, 380, 580) if psa else (420, -60, 380, 500),
+            color="#3f8f6e")
     return g.to_json()
+
+
+WAN22_WORKFLOW = "wan2.2_i2v_A14B_two_stage_sol_attn.json"
 
 
 def wan22_i2v(info) -> dict:
@@ -243,15 +303,16 @@ def wan22_i2v(info) -> dict:
     clip = g.node("CLIPLoader", (0, 260), {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}, (400, 110))
     vae = g.node("VAELoader", (0, 410), {"vae_name": "wan_2.1_vae.safetensors"}, (400, 60))
     img = g.node("LoadImage", (0, 510), {"image": "sparse_attention_i2v_start.png"}, (400, 360), title="Start frame")
-    p_hi = g.node("SparseAttentionPatch", (460, 0), dict(SOL_DEFAULTS), (340, 320), title="Sparse Attention Patch (high noise)", color=PATCH_COLOR)
-    p_lo = g.node("SparseAttentionPatch", (460, 360), dict(SOL_DEFAULTS), (340, 320), title="Sparse Attention Patch (low noise)", color=PATCH_COLOR)
+    p_hi = g.node("SparseAttentionPatch", (460, 0), patch_widgets(info, WAN22_WORKFLOW), (340, 320), title="Sparse Attention Patch (high noise)", color=PATCH_COLOR)
+    p_lo = g.node("SparseAttentionPatch", (460, 360), patch_widgets(info, WAN22_WORKFLOW), (340, 320), title="Sparse Attention Patch (low noise)", color=PATCH_COLOR)
     s_hi = g.node("ModelSamplingSD3", (460, 720), {"shift": 8.0}, (340, 60))
     s_lo = g.node("ModelSamplingSD3", (460, 820), {"shift": 8.0}, (340, 60))
     pos = g.node("CLIPTextEncode", (840, 0), {"text": "The lighthouse keeper turns toward the sea as waves break on the rocks below, "
                                               "the camera slowly pushes in, wind moves his coat"}, (420, 160), title="Positive prompt")
     neg = g.node("CLIPTextEncode", (840, 200), {"text": NEGATIVE_WAN}, (420, 130), title="Negative prompt")
     i2v = g.node("WanImageToVideo", (840, 370), {"width": 1280, "height": 720, "length": 81, "batch_size": 1}, (340, 210))
-    common = {"steps": 20, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple"}
+    steps, warmup = 20, patch_widgets(info, WAN22_WORKFLOW)["warmup"]
+    common = {"steps": steps, "cfg": 3.5, "sampler_name": "euler", "scheduler": "simple"}
     k1 = g.node("KSamplerAdvanced", (1300, 0), {"add_noise": "enable", "noise_seed": 20251129, "noise_seed:control": "fixed",
                                                 **common, "start_at_step": 0, "end_at_step": 10,
                                                 "return_with_leftover_noise": "enable"}, (320, 340), title="Stage 1: high noise (steps 0-10)")
@@ -261,11 +322,12 @@ def wan22_i2v(info) -> dict:
     dec = g.node("VAEDecode", (1660, 380), {}, (220, 50))
     vid = g.node("CreateVideo", (1660, 470), {"fps": 16.0}, (220, 80))
     save = g.node("SaveVideo", (2020, 0), {"filename_prefix": "video/wan22_i2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
-    g.node("Note", (840, 620), {"text": note_text("Wan 2.2 I2V A14B, 1280x720, 81 frames, two stages", "Sol-Attn on both models", [
+    g.node("Note", (840, 620), {"text": note_text("Wan 2.2 I2V A14B, 1280x720, 81 frames, two stages", "Sol-Attn on both models", WAN22_WORKFLOW, [
         "one Sparse Attention Patch per model; both use the same settings",
-        "warmup 0.2 counts steps of the whole 20-step schedule, across both KSamplerAdvanced nodes: steps 0-3 "
-        "of the high-noise stage stay dense, every later step is sparse",
-        "method sol_attn, beta 1.5 (about 7 % of key blocks exact), dense_blocks 0, min_tokens 4096",
+        f"warmup {warmup} counts steps of the whole {steps}-step schedule, across both KSamplerAdvanced nodes: "
+        f"steps 0-{round(warmup * steps) - 1} of the high-noise stage stay dense, every later step is sparse",
+        "dense_blocks lists the transformer blocks that stay dense (0 = the first); min_tokens: shorter "
+        "sequences stay dense",
         "put your start image in ComfyUI/input and pick it in 'Start frame'",
         "sampler: 20 steps, cfg 3.5, shift 8, switch models at step 10"])}, (420, 380), title="Read me")
     g.link(hi, 0, s_hi, "model")
@@ -297,6 +359,7 @@ def wan22_i2v(info) -> dict:
 
 
 HUNYUAN_PRESET = "hunyuan_video_720p_129f.json"
+HUNYUAN_WORKFLOW = "hunyuan_video_t2v_720p_psa.json"
 
 
 def hunyuan_t2v(info) -> dict:
@@ -306,7 +369,7 @@ def hunyuan_t2v(info) -> dict:
                                                 "type": "hunyuan_video", "device": "default"}, (400, 130))
     vae = g.node("VAELoader", (0, 300), {"vae_name": "hunyuan_video_vae_bf16.safetensors"}, (400, 60))
     preset = g.node("LoadStripeMaskPreset", (460, 0), {"preset_name": HUNYUAN_PRESET}, (340, 60), color=PATCH_COLOR)
-    patch = g.node("SparseAttentionPatch", (460, 100), {**SOL_DEFAULTS, "method": "psa"}, (340, 340), color=PATCH_COLOR)
+    patch = g.node("SparseAttentionPatch", (460, 100), patch_widgets(info, HUNYUAN_WORKFLOW), (340, 340), color=PATCH_COLOR)
     shift = g.node("ModelSamplingSD3", (460, 480), {"shift": 7.0}, (340, 60))
     pos = g.node("CLIPTextEncode", (840, 0), {"text": "A paper boat drifts down a rain-filled street gutter, close-up, reflections "
                                               "of neon signs ripple on the water, shallow depth of field"}, (420, 160), title="Prompt")
@@ -318,11 +381,11 @@ def hunyuan_t2v(info) -> dict:
     dec = g.node("VAEDecodeTiled", (1300, 310), {"tile_size": 256, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}, (320, 150))
     vid = g.node("CreateVideo", (1300, 500), {"fps": 24.0}, (220, 80))
     save = g.node("SaveVideo", (1660, 0), {"filename_prefix": "video/hunyuan_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
-    g.node("Note", (0, 400), {"text": note_text("HunyuanVideo T2V, 1280x720, 129 frames", "PSA with a stripe-mask preset", [
-        f"method psa with the preset {HUNYUAN_PRESET} from 'Load Stripe Mask Preset': it was made for this "
+    g.node("Note", (0, 400), {"text": note_text("HunyuanVideo T2V, 1280x720, 129 frames", "PSA with a stripe-mask preset", HUNYUAN_WORKFLOW, [
+        f"preset {HUNYUAN_PRESET} from 'Load Stripe Mask Preset': it was made for this "
         "resolution and length (token grid 33 x 45 x 80); another size needs another preset",
-        "warmup 0.2 and dense_blocks 0 as for Sol-Attn; text tokens always attend densely",
-        "the other widgets (beta, estimator, reorder) are Sol-Attn settings and are ignored by psa",
+        WARMUP_AND_DENSE_BLOCKS + "; text tokens always attend densely",
+        "the other widgets (beta, target_sparsity, estimator, sol_tile) are Sol-Attn settings and are ignored by psa",
         "sampler: 30 steps, cfg 1 with FluxGuidance 6 (HunyuanVideo is guidance-distilled), shift 7",
         "decode tiled: the 129-frame 720p decode does not fit most GPUs untiled"])}, (400, 360), title="Read me")
     g.link(unet, 0, shift, "model")
@@ -344,11 +407,14 @@ def hunyuan_t2v(info) -> dict:
     return g.to_json()
 
 
+LTXV_WORKFLOW = "ltxv_t2v_sol_attn.json"
+
+
 def ltxv_t2v(info) -> dict:
     g = Graph(info)
     ckpt = g.node("CheckpointLoaderSimple", (0, 0), {"ckpt_name": "ltx-video-2b-v0.9.5.safetensors"}, (400, 100))
     clip = g.node("CLIPLoader", (0, 150), {"clip_name": "t5xxl_fp16.safetensors", "type": "ltxv", "device": "default"}, (400, 110))
-    patch = g.node("SparseAttentionPatch", (460, 0), dict(SOL_DEFAULTS), (340, 320), color=PATCH_COLOR)
+    patch = g.node("SparseAttentionPatch", (460, 0), patch_widgets(info, LTXV_WORKFLOW), (340, 320), color=PATCH_COLOR)
     pos = g.node("CLIPTextEncode", (840, 0), {"text": "A slow aerial shot over a coastal village at sunset: white houses with blue "
                                               "doors, narrow stairs winding down to a small harbour, fishing boats rocking "
                                               "on calm water, warm light on the walls, long shadows"}, (420, 180), title="Positive prompt")
@@ -364,8 +430,7 @@ def ltxv_t2v(info) -> dict:
     dec = g.node("VAEDecode", (1660, 280), {}, (220, 50))
     vid = g.node("CreateVideo", (1660, 370), {"fps": 25.0}, (220, 80))
     save = g.node("SaveVideo", (2040, 0), {"filename_prefix": "video/ltxv_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
-    g.node("Note", (0, 310), {"text": note_text("LTX-Video 2B v0.9.5, 768x512, 97 frames", "Sol-Attn", [
-        "method sol_attn, beta 1.5, warmup 0.2, dense_blocks 0",
+    g.node("Note", (0, 310), {"text": note_text("LTX-Video 2B v0.9.5, 768x512, 97 frames", "Sol-Attn", LTXV_WORKFLOW, [
         "LTX-Video compresses 32x in space and 8x in time: 768x512x97 is only 4,992 tokens, just above "
         "min_tokens 4096; longer or larger videos benefit more",
         "keep the frame rate of LTXVConditioning and CreateVideo equal",
@@ -392,10 +457,11 @@ def ltxv_t2v(info) -> dict:
 
 
 WORKFLOWS = {
-    "wan2.1_t2v_14B_720p_sol_attn.json": wan21_t2v,
-    "wan2.2_i2v_A14B_two_stage_sol_attn.json": wan22_i2v,
-    "hunyuan_video_t2v_720p_psa.json": hunyuan_t2v,
-    "ltxv_t2v_sol_attn.json": ltxv_t2v,
+    WAN_SOL_WORKFLOW: lambda info: wan21_t2v(info, "sol_attn"),
+    WAN_PSA_WORKFLOW: lambda info: wan21_t2v(info, "psa"),
+    WAN22_WORKFLOW: wan22_i2v,
+    HUNYUAN_WORKFLOW: hunyuan_t2v,
+    LTXV_WORKFLOW: ltxv_t2v,
 }
 
 

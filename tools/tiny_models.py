@@ -22,6 +22,9 @@ ComfyUI and ignore the file's shapes): the UMT5-XXL (Wan), T5-XXL (LTXV) and lla
 + CLIP-L (HunyuanVideo) text encoders. Runs on tiny files replace CLIPLoader/DualCLIPLoader +
 CLIPTextEncode by the stand-in node in ``tools/tiny_text_encode`` (``TEXT_ENCODE_NODE_DIR``;
 conditioning of the real shapes, see tools/workflow_api.py ``tiny_run_prompt``).
+
+``standin_preset`` cuts a shipped PSA preset down to a tiny model and grid (needs the
+repository root on sys.path, for ``kernels``).
 """
 from __future__ import annotations
 
@@ -161,6 +164,11 @@ def hunyuan_vae_state_dict(seed: int = 0) -> dict:
     return _module_state_dict(vae, seed, dtype=torch.bfloat16)
 
 
+def wan_hidden_size(heads: int) -> int:
+    """The Wan stand-in's width for ``heads`` heads: ComfyUI's detection reads heads = dim // 128."""
+    return 128 * heads
+
+
 def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *, wan_layers: int = 2,
                  wan_heads: int = 1, wan_vae_dim: int = 16) -> list[Path]:
     """Write the tiny files of ``family`` (a key of FILES) under ``models_dir``; return them.
@@ -171,7 +179,7 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
     written = []
     if family == "wan21_t2v":
         import comfy.ldm.wan.model
-        dim = 128 * wan_heads  # ComfyUI's detection reads heads = dim // 128
+        dim = wan_hidden_size(wan_heads)
         config = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=dim, ffn_dim=2 * dim,
                       freq_dim=256, text_dim=4096, out_dim=16, num_heads=wan_heads, num_layers=wan_layers,
                       window_size=(-1, -1), qk_norm=True, cross_attn_norm=True, eps=1e-6)
@@ -215,6 +223,35 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
     else:
         raise KeyError(family)
     return written
+
+
+def standin_preset(shipped: Path, *, layers: int, heads: int, hidden_size: int, grid, tile):
+    """A PSA preset for a tiny stand-in model, from a shipped one: its masks of layers
+    0..layers-1 and heads 0..heads-1, rescaled from its block grid to that of ``grid`` / ``tile``
+    (kernels.presets.rescale_params: widths, offsets and strides scaled per axis), under the
+    stand-in's fingerprint. The workflows' tiny runs save it under the shipped file's name in
+    models/sparse_attention_presets/, which the preset loader searches first."""
+    import torch
+    from kernels.presets import Preset, load_preset, rescale_params
+    from kernels.psa_mask import block_grid_of, psa_mask
+    src = load_preset(shipped)
+    new_bg = block_grid_of(grid, tile)
+    params = rescale_params(src.params[:, :layers, :heads], src.block_grid, new_bg)
+    sparsity = torch.tensor([[psa_mask(grid, params[b, layer], tile).sparsity().mean().item()
+                              for layer in range(layers)] for b in range(params.shape[0])], dtype=torch.float64)
+    return Preset(
+        name=f"{src.name}_standin"[:64], family=src.family, model_name=f"tiny stand-in for {src.model_name}",
+        fingerprint={"layers": layers, "heads": heads, "head_dim": src.fingerprint["head_dim"],
+                     "hidden_size": hidden_size},
+        grid=tuple(grid), tile=tuple(tile), params=params, bucket_edges=list(src.bucket_edges), source=src.source,
+        search=dict(src.search),
+        stats={"sparsity": float(sparsity.mean()), "mean_loss": None,
+               "layer_sparsity": [float(x) for x in sparsity.mean(dim=0)]},
+        author=src.author,
+        notes=f"Stand-in for a tiny test model, not for a real one: the masks of layers 0-{layers - 1} and heads "
+              f"0-{heads - 1} of the shipped preset {src.name} (block grid {src.block_grid}, tile {tuple(src.tile)}), "
+              f"rescaled to block grid {new_bg} (tile {tuple(tile)}) by tools/tiny_models.py.",
+        created=src.created)
 
 
 def param_count(sd: dict) -> int:

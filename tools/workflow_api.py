@@ -22,17 +22,7 @@ make_workflows = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_workflows)
 widget_layout = make_workflows.widget_layout
 socket_inputs = make_workflows.socket_inputs
-
-
-def widget_default(object_info: dict, node_type: str, name: str):
-    """The value the frontend gives a new widget: its default, else a combo's first option."""
-    spec = {**object_info[node_type]["input"].get("required", {}),
-            **object_info[node_type]["input"].get("optional", {})}[name]
-    opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
-    if "default" in opts:
-        return opts["default"]
-    options = spec[0] if isinstance(spec[0], list) else opts.get("options", [])
-    return options[0] if options else None
+widget_default = make_workflows.widget_default
 
 
 def ui_to_api(workflow: dict, object_info: dict, defaults_used: list | None = None) -> dict:
@@ -82,6 +72,7 @@ TINY_SIZES = {
     "WanImageToVideo": {"width": 96, "height": 64, "length": 9},
     "EmptyLTXVLatentVideo": {"width": 192, "height": 128, "length": 17},     # LTXV: 3 x 4 x 6 tokens
 }
+WAN_TINY_GRID = (3, 4, 6)
 HUNYUAN_TINY_SIZE = {"width": 128, "height": 64, "length": 9}                 # 3 x 4 x 8 tokens
 HUNYUAN_TINY_GRID = (3, 4, 8)
 

@@ -1,0 +1,98 @@
+"""The "Recommended settings" of README.md as data: its one source.
+
+    python tools/recommended_settings.py     # print the README table (paste it into README.md)
+
+Read by tools/make_workflows.py (the Sparse Attention Patch settings of the shipped workflows)
+and by the tests: tests/test_recommended_settings.py checks that README.md holds exactly the
+table printed here, tests/test_workflows.py that every shipped workflow's patch uses its
+row's settings (and the node's defaults for every other widget).
+
+A setting is a value or a (low, high) range; a workflow uses the low end of a range (the
+README's advice: start there and compare with ``method = dense`` before going higher).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    models: str
+    method: str
+    settings: dict                  # widget -> value or (low, high)
+    measured: str                   # the README's "measured" column (numbers from BENCHMARKS.md)
+    workflows: tuple = ()           # shipped workflows/*.json that follow this row
+    shipped_preset: bool = False    # PSA: the shipped preset for the model and resolution
+    remark: str = ""                # after the settings, in the README and the workflow notes
+
+    def workflow_widgets(self) -> dict:
+        """The patch widgets a shipped workflow sets: method and the settings (low end of a range)."""
+        return {"method": self.method,
+                **{k: v[0] if isinstance(v, tuple) else v for k, v in self.settings.items()}}
+
+    def settings_text(self, code: str = "`") -> str:
+        """The settings as the README writes them (``code`` quotes widget names)."""
+        parts = ["shipped preset for the model and resolution"] if self.shipped_preset else []
+        for name, value in self.settings.items():
+            parts.append(f"{code}{name}{code} {_shown(value)}")
+        return ", ".join(parts) + (f" ({self.remark})" if self.remark else "")
+
+
+def _shown(value) -> str:
+    """A value, or a range low–high with both ends to the same decimals (0.85–0.90)."""
+    if not isinstance(value, tuple):
+        return str(value)
+    decimals = max(len(repr(float(v)).split(".")[1]) for v in value)
+    return "–".join(f"{v:.{decimals}f}" for v in value)
+
+
+RECOMMENDED = (
+    Recommendation(
+        models="Wan 2.1 / 2.2 (t2v, i2v), 720p", method="sol_attn",
+        settings={"target_sparsity": (0.85, 0.90), "warmup": 0.2, "dense_blocks": "0"},
+        measured="Wan2.1-14B forward 2.06× (0.85) / 2.29× (0.90) faster than cuDNN dense inside ComfyUI; "
+                 "kernel 3.7–3.9× / 5.0–5.2× at 75.6K tokens",
+        workflows=("wan2.1_t2v_14B_720p_sol_attn.json", "wan2.2_i2v_A14B_two_stage_sol_attn.json")),
+    Recommendation(
+        models="Wan 2.1 / 2.2, 720p", method="psa", shipped_preset=True,
+        settings={"warmup": 0.2, "dense_blocks": "0"},
+        measured="Wan2.1-14B forward 1.69× with the shipped 14B 720p preset (66 % sparse)",
+        workflows=("wan2.1_t2v_14B_720p_psa.json",)),
+    Recommendation(
+        models="HunyuanVideo 720p", method="psa", shipped_preset=True,
+        settings={"warmup": 0.2, "dense_blocks": "0"},
+        measured="HunyuanVideo-13B forward 2.02× with the shipped 720p preset (70 % sparse); kernel: PSA 5.3× at "
+                 "density 0.15 on the 768p grid",
+        workflows=("hunyuan_video_t2v_720p_psa.json",)),
+    Recommendation(
+        models="HunyuanVideo 720p", method="sol_attn",
+        settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
+        remark="text tokens are kept exact",
+        measured="HunyuanVideo-13B forward 2.35× at 0.85"),
+    Recommendation(
+        models="LTX-Video 0.9 / LTX-2", method="sol_attn",
+        settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
+        measured="LTX-Video 0.9 2B, 14,080 tokens: forward 1.26× (self-attention is half of its forward); "
+                 "LTX-2 not measured",
+        workflows=("ltxv_t2v_sol_attn.json",)),
+)
+
+
+def for_workflow(name: str) -> Recommendation:
+    """The row a shipped workflow follows."""
+    rows = [r for r in RECOMMENDED if name in r.workflows]
+    if len(rows) != 1:
+        raise KeyError(f"{name}: {len(rows)} rows of RECOMMENDED list it, expected 1")
+    return rows[0]
+
+
+def readme_table() -> str:
+    lines = ["| model | method | settings | shipped workflow | measured |", "|---|---|---|---|---|"]
+    for r in RECOMMENDED:
+        flows = ", ".join(f"`{w}`" for w in r.workflows) or "–"
+        lines.append(f"| {r.models} | `{r.method}` | {r.settings_text()} | {flows} | {r.measured} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(readme_table())
