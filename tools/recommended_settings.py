@@ -50,8 +50,9 @@ RECOMMENDED = (
     Recommendation(
         models="Wan 2.1 / 2.2 (t2v, i2v), 720p", method="sol_attn",
         settings={"target_sparsity": (0.85, 0.90), "warmup": 0.2, "dense_blocks": "0"},
-        measured="Wan2.1-14B forward 2.06× (0.85) / 2.29× (0.90) faster than cuDNN dense inside ComfyUI; "
-                 "kernel 3.7–3.9× / 5.0–5.2× at 75.6K tokens",
+        measured="Wan2.1-14B forward 1.99× (0.85) / 2.26× (0.90) faster than cuDNN dense inside ComfyUI with "
+                 "the default 3D tiles, 2.16× / 2.41× with `sol_tile` off; kernel 3.5–3.6× / 4.9–5.4× (3D tiles) "
+                 "at 75.6K tokens",
         workflows=("wan2.1_t2v_14B_720p_sol_attn.json", "wan2.2_i2v_A14B_two_stage_sol_attn.json")),
     Recommendation(
         models="Wan 2.1 / 2.2, 720p", method="psa", shipped_preset=True,
@@ -68,7 +69,7 @@ RECOMMENDED = (
         models="HunyuanVideo 720p", method="sol_attn",
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
         remark="text tokens are kept exact",
-        measured="HunyuanVideo-13B forward 2.35× at 0.85"),
+        measured="HunyuanVideo-13B forward 2.35× at 0.85 (row-major blocks, the kernel before the engine)"),
     Recommendation(
         models="LTX-Video 0.9 / LTX-2", method="sol_attn",
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
