@@ -52,6 +52,14 @@ def check_qkv(q, k, v, *, for_kernel: bool) -> tuple[int, int, int, int]:
     return B, L, H, D
 
 
+def cache_device(device) -> torch.device:
+    """``device`` as a cache key: "cuda" means the current CUDA device, by its index."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
 def kernel_device_ok(device) -> bool:
     """The Triton kernels run on CUDA devices, or anywhere through the interpreter."""
     return device.type == "cuda" or triton_interpreting()

@@ -26,6 +26,7 @@ from typing import Optional
 
 import torch
 
+from ._checks import cache_device
 from .layout import check_grid, check_tile, tile_layout
 
 __all__ = ["BlockLayout", "BlockMask", "block_layout", "row_major_layout", "mask_from_dense", "work_order",
@@ -101,19 +102,12 @@ def _cached_block_layout(grid, tile, extra_tokens, device_str):
         padded=bool((lay.block_lengths < bt).any()), device=dev)
 
 
-def _device(device) -> torch.device:
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
-
-
 def block_layout(grid, tile, extra_tokens: int = 0, device="cpu") -> BlockLayout:
     """The :class:`BlockLayout` of a grid, tile and extra-token count on ``device`` (cached)."""
     extra_tokens = int(extra_tokens)
     if extra_tokens < 0:
         raise ValueError(f"extra_tokens must be >= 0, got {extra_tokens}")
-    return _cached_block_layout(check_grid(grid), check_tile(tile), extra_tokens, str(_device(device)))
+    return _cached_block_layout(check_grid(grid), check_tile(tile), extra_tokens, str(cache_device(device)))
 
 
 def row_major_layout(seq_len: int, device="cpu") -> BlockLayout:
@@ -126,7 +120,7 @@ def row_major_layout(seq_len: int, device="cpu") -> BlockLayout:
     seq_len = check_int(seq_len, "sequence length", 1)
     if seq_len > MAX_GRID_TOKENS:
         raise ValueError(f"sequence length {seq_len} is more than the {MAX_GRID_TOKENS} tokens the kernels take")
-    return _cached_row_major_layout(seq_len, str(_device(device)))
+    return _cached_row_major_layout(seq_len, str(cache_device(device)))
 
 
 @functools.lru_cache(maxsize=64)

@@ -52,7 +52,7 @@ import functools
 
 import torch
 
-from ._checks import check_int, shown
+from ._checks import cache_device, check_int, shown
 
 __all__ = [
     "TileLayout", "tile_layout", "check_grid", "check_tile", "check_padding",
@@ -238,7 +238,4 @@ def tile_layout(grid, tile, pad: bool = True, device="cpu") -> TileLayout:
 
     The cached object is shared: treat its tensors as read-only.
     """
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return _cached_layout(check_grid(grid), check_tile(tile), bool(pad), str(dev))
+    return _cached_layout(check_grid(grid), check_tile(tile), bool(pad), str(cache_device(device)))

@@ -195,6 +195,7 @@ import math
 import numpy as np
 import torch
 
+from ._checks import cache_device
 from .layout import check_grid, check_tile
 
 __all__ = [
@@ -403,11 +404,8 @@ def psa_kernel_mask(grid, params, tile, extra_tokens: int = 0, device="cpu", blo
     The cached tensors are shared: do not modify them."""
     grid, tile = check_grid(grid), check_tile(tile)
     p = check_params(params)
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
     return _cached_kernel_mask(grid, tile, p.numpy().tobytes(), p.shape[0], int(extra_tokens), int(block_m),
-                               order, str(dev))
+                               order, str(cache_device(device)))
 
 
 class PSAMask:
