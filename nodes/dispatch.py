@@ -43,7 +43,9 @@ log and in the run summary's ``warnings`` (the Inspector's ``summary``):
 - ``displaced``: at run time the ``optimized_attention_override`` in the run's
   ``transformer_options`` is not this dispatcher (a node placed after the patch installed its
   own: ModelAttentionBackend, a Sage or Radial attention patch...). Seen by the OUTER_SAMPLE
-  and APPLY_MODEL wrappers, which still run.
+  and APPLY_MODEL wrappers, which still run; warned after the first model evaluation in which
+  the video self-attention ran and none of its calls reached the dispatcher (an override that
+  hands its calls on to ours is not a displacement; the summary still names it).
 - ``no_sparse_calls``: a sparse method's run made no sparse call although the video
   self-attention modules ran (the summary says why: displaced, none of their calls reached the
   override, or every call dense for the reasons counted).
@@ -347,12 +349,17 @@ class SparseAttention:
                         self.config.method, msg)
 
     def _check_override(self, transformer_options):
-        """The ``displaced`` guard: is this dispatcher still the run's attention override?"""
+        """Record the run's attention override when it is not this dispatcher."""
         current = transformer_options.get("optimized_attention_override") if transformer_options else None
-        if current is self or torch.compiler.is_compiling():
-            return
-        self.stats.displaced_by = _describe_override(current)
-        self._warn("displaced", self.stats.displaced_by)
+        if current is not self and not torch.compiler.is_compiling():
+            self.stats.displaced_by = _describe_override(current)
+
+    def _check_displaced(self):
+        """The ``displaced`` guard, after a model evaluation: another override is the run's and
+        the video self-attention ran without one call reaching this dispatcher."""
+        st = self.stats
+        if st.displaced_by is not None and st.video_modules and not st.video_calls:
+            self._warn("displaced", st.displaced_by)
 
     def _check_sparse_calls(self):
         """The ``no_sparse_calls`` guard, at the end of a run of a sparse method."""
@@ -360,7 +367,7 @@ class SparseAttention:
         if self.config.method not in ("sol_attn", "psa") or st.sparse or not st.video_modules \
                 or st.compiled_calls_unseen:
             return
-        if st.displaced_by is not None:
+        if st.displaced_by is not None and not st.video_calls:
             self._warn("no_sparse_calls", f"the run's attention override is {st.displaced_by}")
         elif not st.video_calls:
             self._warn("no_sparse_calls", f"{st.video_modules} video self-attention module calls, "
@@ -480,7 +487,9 @@ class SparseAttention:
         if f.grid is not None:
             self.stats.grid = list(f.grid)
         try:
-            return executor(x, t, c_concat, c_crossattn, control, transformer_options, **kwargs)
+            out = executor(x, t, c_concat, c_crossattn, control, transformer_options, **kwargs)
+            self._check_displaced()
+            return out
         finally:
             f.active = False
             f.block = f.role = None

@@ -83,6 +83,29 @@ def test_attention_patch_after_ours_is_warned_once(pack, wan, wan_base, caplog):
     assert info["warnings"] == s["warnings"]
 
 
+def test_override_after_ours_that_hands_calls_on_is_no_displacement(pack, wan, caplog):  # noqa: F811
+    """A later node whose override wraps the one it finds on its clone keeps the patch working:
+    the wrapped one is the clone's own dispatcher, the one its wrappers run."""
+    m = patch(pack, wan.patcher, beta=1.0, warmup=0.0, dense_blocks="")
+    late = m.clone()
+    late.model_options = dict(late.model_options)
+    to = late.model_options["transformer_options"] = dict(late.model_options["transformer_options"])
+    inner = to["optimized_attention_override"]
+    assert inner is pack.patching.dispatcher_of(late) and inner is not pack.patching.dispatcher_of(m)
+    seen = []
+
+    def wrapping_override(func, *args, **kwargs):
+        seen.append(1)
+        return inner(func, *args, **kwargs)
+    to["optimized_attention_override"] = wrapping_override
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        H.sample(wan, steps=2, model=late)
+    s = summary(pack, late)
+    assert len(seen) == 2 * 3 * 2 and s["sparse_calls"] == 2 * 3
+    assert "wrapping_override" in s["override_displaced_by"] and s["warnings"] == {}
+    assert not warnings_logged(caplog, "Fix: place")
+
+
 def test_attention_patch_before_ours_is_fine(pack, wan, caplog):  # noqa: F811
     calls = []
 
