@@ -151,30 +151,42 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def cached_folder(dest: Path, stamp_name: str, key: str, build) -> Path:
+    """``dest``, (re)built when its stamp file ``stamp_name`` does not hold ``key``:
+    ``build(tmp)`` makes the new folder inside the empty folder ``tmp`` and returns it; it then
+    gets the stamp and replaces ``dest`` in one rename, so a cut build leaves no half folder."""
+    stamp = dest / stamp_name
+    if stamp.is_file() and stamp.read_text() == key:
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        built = build(tmp)
+        (built / stamp_name).write_text(key)
+        shutil.rmtree(dest, ignore_errors=True)
+        os.replace(built, dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
 def unpack_snapshot(cache: Path = SNAPSHOT_CACHE) -> Path:
     """``cache/ComfyUI-0.33.0``, unpacked from the snapshot; again only when the tarball's
     content changed. The missing tokenizer files stay missing (no test needs them)."""
     tarball = snapshot_path()
-    dest = cache / f"ComfyUI-{SNAPSHOT_VERSION}"
-    stamp = dest / ".svattn-snapshot"
-    digest = _sha256(tarball)
-    if stamp.is_file() and stamp.read_text() == digest:
-        return dest
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = cache / f".unpack-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    with tarfile.open(tarball) as tar:
-        tar.extractall(tmp, filter="data")  # no absolute paths, links out or device files
-    root = tmp / dest.name
-    if not _looks_like_comfyui(root) or comfyui_version(root) != SNAPSHOT_VERSION:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise ComfyUINotFound(f"{tarball} does not hold {dest.name}/ with ComfyUI {SNAPSHOT_VERSION}")
-    (root / ".svattn-snapshot").write_text(digest)
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(root, dest)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return dest
+    name = f"ComfyUI-{SNAPSHOT_VERSION}"
+
+    def build(tmp: Path) -> Path:
+        with tarfile.open(tarball) as tar:
+            tar.extractall(tmp, filter="data")  # no absolute paths, links out or device files
+        root = tmp / name
+        if not _looks_like_comfyui(root) or comfyui_version(root) != SNAPSHOT_VERSION:
+            raise ComfyUINotFound(f"{tarball} does not hold {name}/ with ComfyUI {SNAPSHOT_VERSION}")
+        return root
+
+    return cached_folder(cache / name, ".svattn-snapshot", _sha256(tarball), build)
 
 
 # --------------------------------------------------------------------------------------------
