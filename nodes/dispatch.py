@@ -656,7 +656,8 @@ class SparseAttention:
         except Exception as e:  # never crash a workflow
             self._note("kernel_error", f"{type(e).__name__}: {e}")
             self._count("kernel_error")
-            self.stats.video_dense["kernel_error"] += 1
+            if in_video:
+                self.stats.video_dense["kernel_error"] += 1
             return self._dense(func, args, kwargs)
         self._count(None, density)
         b, l, h, d = out.shape

@@ -312,7 +312,10 @@ def test_kernel_exception_falls_back_to_dense(pack, wan, wan_base, monkeypatch):
     m = patch(pack, wan.patcher, warmup=0.0, dense_blocks="")
     out = H.sample(wan, steps=5, model=m)
     torch.testing.assert_close(out, wan_base)
-    assert summary(pack, m)["dense_calls"]["kernel_error"] == 5 * 3
+    s = summary(pack, m)
+    assert s["dense_calls"]["kernel_error"] == 5 * 3
+    # a run without one sparse call says so, with the reason
+    assert "all 15 video self-attention calls ran dense (kernel_error=15)" in s["warnings"]["no_sparse_calls"]
 
 
 def test_target_sparsity_sets_beta(pack, wan):
