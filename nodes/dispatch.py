@@ -26,15 +26,34 @@ unpatched model never sees the override, the wrappers or the hooks outside our r
 
 Rules, in order (the first that applies gives the reason a call stays dense):
 ``method_dense`` → ``not_video_self_attention`` (cross, audio, text refiner, anything outside
-a hooked module) → ``mask`` → ``warmup`` / ``final_dense`` → ``dense_block`` →
-``min_tokens`` → ``grid`` (tokens do not form the latent grid) → ``backend`` (auto on a
-machine without CUDA) / ``device`` / ``dtype`` / ``head_dim`` → Sol ``sol_tile`` (the chosen
-tile pads this grid beyond ``kernels.layout``'s limit) → PSA ``preset_grid`` (the preset refuses
-this token grid, or its masks on it would exceed ``kernels.psa_mask``'s size limits:
-``kernels.presets.Preset.params_for_grid``) → sparse. An exception while deciding
-(``plan_error``) or in the kernel (``kernel_error``) falls back to dense: nothing a preset or
-a widget holds can fail the sampler. Every reason is logged once per patched model;
-unexpected ones as warnings.
+a hooked module) → ``mask`` (a mask that changes the result: LTX guides pass one to the video
+self-attention; an all-zero or all-True mask is dropped, which is exact) → ``warmup`` /
+``final_dense`` → ``dense_block`` → ``min_tokens`` → ``grid`` (tokens do not form the latent
+grid) → ``backend`` (auto on a machine without CUDA) / ``device`` / ``dtype`` / ``head_dim``
+→ Sol ``sol_tile`` (the chosen tile pads this grid beyond ``kernels.layout``'s limit) → PSA
+``preset_grid`` (the preset refuses this token grid, or its masks on it would exceed
+``kernels.psa_mask``'s size limits: ``kernels.presets.Preset.params_for_grid``) →
+``low_precision`` (the caller passed ``low_precision_attention=False``, as ComfyUI 0.33 does
+for masked or image attention) → sparse. An exception while deciding (``plan_error``) or in
+the kernel (``kernel_error``) falls back to dense: nothing a preset or a widget holds can fail
+the sampler. Every reason is logged once per patched model; unexpected ones as warnings.
+
+Guards against a patch that silently does nothing, each warned once per patched model, in the
+log and in the run summary's ``warnings`` (the Inspector's ``summary``):
+
+- ``displaced``: at run time the ``optimized_attention_override`` in the run's
+  ``transformer_options`` is not this dispatcher (a node placed after the patch installed its
+  own: ModelAttentionBackend, a Sage or Radial attention patch...). Seen by the OUTER_SAMPLE
+  and APPLY_MODEL wrappers, which still run; warned after the first model evaluation in which
+  the video self-attention ran and none of its calls reached the dispatcher (an override that
+  hands its calls on to ours is not a displacement; the summary still names it).
+- ``no_sparse_calls``: a sparse method's run made no sparse call although the video
+  self-attention modules ran (the summary says why: displaced, none of their calls reached the
+  override, or every call dense for the reasons counted).
+
+ComfyUI ≥ 0.33 can hand ``wrap_attn`` ``AttentionTensorContainer`` inputs; an override
+without a ``container_function`` attribute (this one) gets plain tensors from ComfyUI, and
+containers that arrive anyway are unwrapped before anything else.
 
 Achieved density (run summary): Sol-Attn reports the share of exactly computed key blocks
 per head (the kernel's statistics); PSA the share of kept video-token pairs of the preset's
@@ -64,12 +83,14 @@ WRAPPER_KEY = "sparse_video_attention"
 
 # Reasons that mean "working as configured" are logged at INFO; the rest at WARNING.
 EXPECTED_REASONS = {"method_dense", "not_video_self_attention", "warmup", "final_dense",
-                    "dense_block", "min_tokens"}
+                    "dense_block", "min_tokens", "low_precision"}
 
 _REASON_TEXT = {
     "method_dense": "method is 'dense'",
     "not_video_self_attention": "not a video self-attention call (cross/audio/text attention)",
-    "mask": "the call carries an attention mask; the sparse kernels take none",
+    "mask": "the video self-attention carries an attention mask that changes its result (LTX "
+            "guides with strength other than 1 or a guide attention mask pass "
+            "mask=self_attention_mask); the sparse kernels take none",
     "warmup": "inside the dense warm-up steps",
     "final_dense": "inside the dense final steps",
     "dense_block": "block listed in dense_blocks",
@@ -84,7 +105,52 @@ _REASON_TEXT = {
     "preset_grid": "the preset cannot run on this token grid",
     "plan_error": "preparing the sparse call raised an exception",
     "kernel_error": "the sparse kernel raised an exception",
+    "low_precision": "the caller asked for full-precision attention (low_precision_attention=False)",
 }
+
+PLACE_LAST = ("place the Sparse Attention Patch last, after ModelAttentionBackend / Sage / other "
+              "attention patches")
+SETTINGS_FIX = ("see why in the run summary's dense_calls: lower min_tokens, warmup or "
+                "dense_blocks, or use a model, dtype and backend the kernels take")
+_WARNING_TEXT = {
+    "displaced": "this run's attention override is {detail}, not the Sparse Attention Patch's: a "
+                 "node after the patch replaced it, so no attention call reaches the patch",
+    "no_sparse_calls": "the run made no sparse attention call although the video self-attention "
+                       "ran: {detail}",
+}
+
+
+def comfyui_version() -> str:
+    """The running ComfyUI's version (its comfyui_version.py), or "unknown"."""
+    try:
+        import comfyui_version as v
+        return str(v.__version__)
+    except Exception:  # pragma: no cover - not inside ComfyUI
+        return "unknown"
+
+
+def _describe_override(fn) -> str:
+    if fn is None:
+        return "none"
+    name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+    module = getattr(fn, "__module__", None) or type(fn).__module__
+    return f"{module}.{name}"
+
+
+def _mask_is_noop(mask) -> bool:
+    """True for a mask that leaves attention unchanged: all-True boolean or all-zero additive."""
+    if not torch.is_tensor(mask):
+        return False
+    if mask.dtype == torch.bool:
+        return bool(mask.all())
+    return not bool(mask.any())
+
+
+def _unwrap_containers(args):
+    """q, k, v taken out of ComfyUI's AttentionTensorContainer (single-owner) inputs."""
+    if len(args) >= 3 and not torch.is_tensor(args[0]) and hasattr(args[0], "take"):
+        return (args[0].take(), args[1].take(), args[2].take()) + tuple(args[3:])
+    return args
 
 
 class _Forward:
@@ -120,6 +186,11 @@ class RunStats:
         self.compiled_calls_unseen = False
         self.grid = None
         self.notes = {}          # reason -> first detail message of this run
+        self.warnings = {}       # guard ("displaced", "no_sparse_calls") -> message with the fix
+        self.video_modules = 0   # video self-attention modules entered (forward pre-hooks)
+        self.video_calls = 0     # attention calls that reached the override inside them
+        self.video_dense = defaultdict(int)  # reason -> those of them that ran dense
+        self.displaced_by = None  # the override found in transformer_options instead of ours
         self.meta = {}           # method, family, sizes, preset (set by the dispatcher)
 
     def as_dict(self) -> dict:
@@ -150,6 +221,10 @@ class RunStats:
             "mean_density": (sum(layer_step.values()) / len(layer_step)) if layer_step else None,
             "head_density_by_block": head,
             "notes": dict(self.notes),
+            "warnings": dict(self.warnings),
+            "video_self_attention": {"modules_entered": self.video_modules,
+                                     "calls_reached_override": self.video_calls},
+            "override_displaced_by": self.displaced_by,
             "schedule": self.schedule,
             "compiled_calls_unseen": self.compiled_calls_unseen,
         }
@@ -231,7 +306,8 @@ class SparseAttention:
 
     def _meta(self) -> dict:
         m = {"method": self.config.method, "family": self.info.family,
-             "num_blocks": self.info.num_blocks, "num_heads": self.info.num_heads}
+             "num_blocks": self.info.num_blocks, "num_heads": self.info.num_heads,
+             "comfyui_version": comfyui_version()}
         if self.beta is not None:
             m["beta"] = self.beta
         if self.preset is not None:
@@ -266,6 +342,44 @@ class SparseAttention:
               f"{_REASON_TEXT.get(reason, reason)}{': ' + detail if detail else ''} " \
               f"(logged once)"
         (log.info if reason in EXPECTED_REASONS else log.warning)(msg)
+
+    def _warn(self, guard: str, detail: str, fix: str = PLACE_LAST):
+        """A silent-no-op guard fired: once per patched model in the log, and in the summary."""
+        msg = _WARNING_TEXT[guard].format(detail=detail) + f". Fix: {fix}."
+        self.stats.warnings.setdefault(guard, msg)
+        if guard not in self._logged:
+            self._logged.add(guard)
+            log.warning("[sparse-video-attention] %s %s: %s (warned once)", self.info.family,
+                        self.config.method, msg)
+
+    def _check_override(self, transformer_options):
+        """Record the run's attention override when it is not this dispatcher."""
+        current = transformer_options.get("optimized_attention_override") if transformer_options else None
+        if current is not self and not torch.compiler.is_compiling():
+            self.stats.displaced_by = _describe_override(current)
+
+    def _check_displaced(self):
+        """The ``displaced`` guard, after a model evaluation: another override is the run's and
+        the video self-attention ran without one call reaching this dispatcher."""
+        st = self.stats
+        if st.displaced_by is not None and st.video_modules and not st.video_calls:
+            self._warn("displaced", st.displaced_by)
+
+    def _check_sparse_calls(self):
+        """The ``no_sparse_calls`` guard, at the end of a run of a sparse method."""
+        st = self.stats
+        if self.config.method not in ("sol_attn", "psa") or st.sparse or not st.video_modules \
+                or st.compiled_calls_unseen:
+            return
+        if st.displaced_by is not None and not st.video_calls:
+            self._warn("no_sparse_calls", f"the run's attention override is {st.displaced_by}")
+        elif not st.video_calls:
+            self._warn("no_sparse_calls", f"{st.video_modules} video self-attention module calls, "
+                       "but none of their attention calls reached the patch's override")
+        else:
+            counts = ", ".join(f"{k}={v}" for k, v in sorted(st.video_dense.items()))
+            self._warn("no_sparse_calls", f"all {st.video_calls} video self-attention calls ran "
+                       f"dense ({counts})", SETTINGS_FIX)
 
     def _count(self, reason: Optional[str], density=None):
         if torch.compiler.is_compiling():
@@ -302,6 +416,8 @@ class SparseAttention:
         if not f.active:
             return
         f.block, f.role = block, role
+        if not torch.compiler.is_compiling():
+            self.stats.video_modules += 1
         self.adapter.observe(role, args, kwargs, f.info)
 
     def _leave(self, block):
@@ -342,11 +458,14 @@ class SparseAttention:
                 log.info("[sparse-video-attention] could not find this sampler's sigmas in a "
                          "standard schedule; warm-up counts the %d steps of this sampler call",
                          len(sc.sigmas) - 1)
+        options = getattr(guider, "model_options", None) or patcher.model_options
+        self._check_override(options.get("transformer_options"))
         self._install_hooks(patcher.model.diffusion_model)
         try:
             return executor(*args, **kwargs)
         finally:
             self._remove_hooks()
+            self._check_sparse_calls()
             self.last_run = self.stats.as_dict()
             self._log_summary(self.last_run)
 
@@ -367,11 +486,14 @@ class SparseAttention:
             f.grid = None
             self._note("grid", f"cannot read the latent shape ({e})")
         f.step, f.total, f.step_reason = self._step_of(transformer_options)
+        self._check_override(transformer_options)
         self.stats.forwards += 1
         if f.grid is not None:
             self.stats.grid = list(f.grid)
         try:
-            return executor(x, t, c_concat, c_crossattn, control, transformer_options, **kwargs)
+            out = executor(x, t, c_concat, c_crossattn, control, transformer_options, **kwargs)
+            self._check_displaced()
+            return out
         finally:
             f.active = False
             f.block = f.role = None
@@ -402,9 +524,10 @@ class SparseAttention:
         dense = ", ".join(f"{k}={v}" for k, v in sorted(s["dense_calls"].items())) or "none"
         md = s["mean_density"]
         log.info("[sparse-video-attention] %s %s: %d forwards, %d attention calls, %d sparse "
-                 "(mean density %s), dense: %s", self.info.family, self.config.method,
+                 "(mean density %s), dense: %s%s", self.info.family, self.config.method,
                  s["forwards"], s["calls"], s["sparse_calls"],
-                 "n/a" if md is None else f"{md:.3f}", dense)
+                 "n/a" if md is None else f"{md:.3f}", dense,
+                 f"; warnings: {', '.join(sorted(s['warnings']))}" if s["warnings"] else "")
 
     # ------------------------------------------------------------------ the override
     def _dense(self, func, args, kwargs):
@@ -433,10 +556,10 @@ class SparseAttention:
             return "not_video_self_attention"
         lq = q.shape[2] if skip_reshape else q.shape[1]
         lk = k.shape[2] if skip_reshape else k.shape[1]
+        if mask is not None and not _mask_is_noop(mask):
+            return "mask"  # inside a video self-attention module, also a query slice (LTX guides)
         if lq != lk:
             return "not_video_self_attention"
-        if mask is not None:
-            return "mask"
         return None
 
     def video_grid(self, seq_len):
@@ -519,24 +642,37 @@ class SparseAttention:
         return self._psa_cache[key]
 
     def __call__(self, func, *args, **kwargs):
+        args = _unwrap_containers(args)
         q, k, v, heads, mask, skip_reshape = call_args(args, kwargs)
         skip_output_reshape = bool(kwargs.get("skip_output_reshape", False))
         if q is None or k is None or v is None or heads is None:
             return self._dense(func, args, kwargs)
+        in_video = self.fwd.active and self.fwd.role is not None and not torch.compiler.is_compiling()
+        if in_video:
+            self.stats.video_calls += 1
 
         try:
             reason, plan = self.decide(q, k, heads, mask, skip_reshape)
         except Exception as e:  # never crash a workflow
             reason, plan = "plan_error", f"{type(e).__name__}: {e}"
+        if reason is None and kwargs.get("low_precision_attention", True) is False:
+            reason, plan = "low_precision", ""
+        if reason == "mask":
+            lq, lk = (q.shape[2], k.shape[2]) if skip_reshape else (q.shape[1], k.shape[1])
+            plan = f"mask {tuple(mask.shape)} on {lq} queries x {lk} keys"
         if reason is not None:
             self._note(reason, plan)
             self._count(reason)
+            if in_video:
+                self.stats.video_dense[reason] += 1
             return self._dense(func, args, kwargs)
         try:
             out, density = self._run_sparse(q, k, v, heads, skip_reshape, plan)
         except Exception as e:  # never crash a workflow
             self._note("kernel_error", f"{type(e).__name__}: {e}")
             self._count("kernel_error")
+            if in_video:
+                self.stats.video_dense["kernel_error"] += 1
             return self._dense(func, args, kwargs)
         self._count(None, density)
         b, l, h, d = out.shape

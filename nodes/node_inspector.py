@@ -13,8 +13,9 @@ run) and draws, with numpy only (:mod:`.draw`):
   cannot be drawn (a layer the preset lacks, masks beyond ``kernels.psa_mask``'s size limits)
   give a message image and the reason in ``summary["psa_masks"]["error"]``, never a failed
   node;
-- ``summary``: a short JSON of the run (calls sparse/dense by reason, densities per step and
-  block, schedule, preset, search).
+- ``summary``: a short JSON of the run (ComfyUI version, calls sparse/dense by reason,
+  densities per step and block, schedule, preset, search, and the warnings of a patch that did
+  nothing: displaced by a later attention patch, no sparse call).
 """
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ def summary_json(s: dict) -> dict:
     steps = {}
     for step, c in s.get("steps", {}).items():
         steps[str(step)] = {k: (_num(v) if k == "mean_density" else v) for k, v in c.items()}
-    out = {k: s[k] for k in ("method", "family", "num_blocks", "num_heads", "grid", "forwards",
-                             "calls", "sparse_calls", "dense_calls", "schedule") if k in s}
+    out = {k: s[k] for k in ("method", "family", "comfyui_version", "num_blocks", "num_heads", "grid",
+                             "forwards", "calls", "sparse_calls", "dense_calls", "schedule") if k in s}
     out["mean_density"] = _num(s.get("mean_density"))
     if "beta" in s:
         out["beta"] = _num(s["beta"])
@@ -53,7 +54,7 @@ def summary_json(s: dict) -> dict:
     out["density_by_block"] = {str(b): _num(sum(v) / len(v)) for b, v in sorted(by_block.items(),
                                                                             key=lambda kv: kv[0])}
     out["calls_by_step"] = {k: {"sparse": v["sparse"], "dense": v["dense"]} for k, v in steps.items()}
-    for k in ("preset", "search", "notes"):
+    for k in ("warnings", "override_displaced_by", "preset", "search", "notes"):
         if s.get(k):
             out[k] = s[k]
     return out

@@ -1,11 +1,16 @@
 """Patch a ComfyUI model clone with a :class:`~.dispatch.SparseAttention` dispatcher.
 
-Only ``model.clone()``'s own ``model_options`` and wrappers change: the attention override
-and the dispatcher in ``transformer_options``, one OUTER_SAMPLE and one APPLY_MODEL wrapper
-under our key (module functions that find the dispatcher in the run's ``model_options``, so
-that a later clone of the patched model keeps working). No ComfyUI module is modified.
-Patching an already patched model replaces our earlier patch (its override is unwrapped to
-whatever was there before it).
+Only ``model.clone()``'s own ``model_options``, wrappers and callbacks change: the attention
+override and the dispatcher in ``transformer_options``, one OUTER_SAMPLE and one APPLY_MODEL
+wrapper under our key (module functions that find the dispatcher in the run's
+``model_options``, so that a later clone of the patched model keeps working), and one
+ON_CLONE callback. No ComfyUI module is modified. Patching an already patched model replaces
+our earlier patch (its override is unwrapped to whatever was there before it).
+
+Every clone of a patched model gets a dispatcher of its own (its own run statistics): ComfyUI
+0.3.75 deep-copies ``model_options`` on ``clone()`` (the dispatcher's ``__deepcopy__`` makes
+the copy); newer ComfyUI (0.33) copies only its dicts and lists, so the clone would share the
+original's dispatcher, and the ON_CLONE callback gives it a fresh one.
 """
 from __future__ import annotations
 
@@ -69,14 +74,35 @@ def install(model, state):
     state.prev_override = prev
     m.remove_wrappers_with_key(pe.WrappersMP.OUTER_SAMPLE, WRAPPER_KEY)
     m.remove_wrappers_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY)
+    m.remove_callbacks_with_key(pe.CallbacksMP.ON_CLONE, WRAPPER_KEY)
     to["optimized_attention_override"] = state
     to[TRANSFORMER_OPTIONS_KEY] = state
     # Module functions, not state.outer_sample / state.apply_model: clone() copies wrappers
-    # shallowly but model_options deeply, so the wrappers must find the dispatcher where the
-    # override lives (see nodes/dispatch.py).
+    # shallowly, so the wrappers must find the dispatcher where the override lives (see
+    # nodes/dispatch.py).
     m.add_wrapper_with_key(pe.WrappersMP.OUTER_SAMPLE, WRAPPER_KEY, outer_sample_wrapper)
     m.add_wrapper_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY, apply_model_wrapper)
+    m.add_callback_with_key(pe.CallbacksMP.ON_CLONE, WRAPPER_KEY, on_clone)
     return m
+
+
+def on_clone(original, clone):
+    """ON_CLONE callback: a clone that shares the original's dispatcher (ComfyUI that does not
+    deep-copy ``model_options``) gets a fresh one, with the same settings and the same earlier
+    override. The override entry is replaced only where it still is our dispatcher: one that a
+    later node installed stays (and our wrappers warn that the patch is displaced)."""
+    state = dispatcher_of(clone)
+    if state is None or state is not dispatcher_of(original):
+        return
+    if clone.model_options is original.model_options:
+        clone.model_options = dict(clone.model_options)
+    to = clone.model_options["transformer_options"]
+    if to is original.model_options.get("transformer_options"):
+        to = clone.model_options["transformer_options"] = dict(to)
+    fresh = state.fresh_copy(state.prev_override)
+    to[TRANSFORMER_OPTIONS_KEY] = fresh
+    if to.get("optimized_attention_override") is state:
+        to["optimized_attention_override"] = fresh
 
 
 def dispatcher_of(model):

@@ -53,11 +53,16 @@ def comfyui(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model(comfyui):
-    """tiny_model(family, seed=0) -> TinyModel, built once per (family, seed)."""
-    from comfyui_harness import BUILDERS
+    """tiny_model(family, seed=0) -> TinyModel, built once per (family, seed). LTX-2 skips (with
+    the reason) on a ComfyUI without it."""
+    from comfyui_harness import BUILDERS, ltx2_available
     cache = {}
 
     def get(family: str, seed: int = 0):
+        if family == "ltx2":
+            ok, reason = ltx2_available()
+            if not ok:
+                pytest.skip(reason)
         if (family, seed) not in cache:
             cache[family, seed] = BUILDERS[family](seed)
         return cache[family, seed]

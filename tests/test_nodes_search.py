@@ -69,8 +69,14 @@ def test_search_keeps_output_dense_writes_table_and_shows_progress(pack, wan, pr
     dense = int(torch.argmax(t.density))
     assert float(t.density[dense]) == 1.0 and float(t.loss()[..., dense].abs().max()) < 1e-10
     assert float(t.loss().max()) > 0
-    # progress: one update per evaluated call, total = steps × blocks
-    assert progress[-1] == (STEPS * 2, STEPS * 2) and len(progress) == STEPS * 2
+    # progress: one update per evaluated call, total = steps × blocks. ComfyUI 0.33's
+    # ProgressBar throttles what reaches the hook (the first and the last update always do).
+    n = STEPS * 2
+    values = [v for v, _ in progress]
+    assert progress[0] == (1, n) and progress[-1] == (n, n) and {t for _, t in progress} == {n}
+    assert values == sorted(set(values))
+    if H.comfyui_env.comfyui_version() == "0.3.75":
+        assert values == list(range(1, n + 1))
 
 
 def test_search_steps_and_accumulate(pack, wan):  # noqa: F811

@@ -69,14 +69,6 @@ def prepared_comfyui_dir(cache_root: Path | None = None) -> Path:
     Rebuilt when the source path, version or any .py file's mtime changes."""
     src = comfyui_env.comfyui_dir()
     cache_root = Path(cache_root or REPO_ROOT / ".cache" / "comfyui")
-    dest = cache_root / f"ComfyUI-{comfyui_env.comfyui_version(src)}"
-    stamp = dest / ".svattn-source"
-    fingerprint = _fingerprint(src)
-    if stamp.is_file() and stamp.read_text() == fingerprint:
-        return dest
-    cache_root.mkdir(parents=True, exist_ok=True)
-    tmp = cache_root / f".tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
 
     def ignore(directory: str, names: list[str]) -> set[str]:
         skipped = {n for n in names if n in _COPY_IGNORED}
@@ -86,12 +78,14 @@ def prepared_comfyui_dir(cache_root: Path | None = None) -> Path:
             skipped |= {"custom_nodes", "output", "input", "temp", "user", "models"}
         return skipped
 
-    shutil.copytree(src, tmp, ignore=ignore, symlinks=True)
-    (tmp / "custom_nodes").mkdir()
-    (tmp / ".svattn-source").write_text(fingerprint)
-    shutil.rmtree(dest, ignore_errors=True)
-    os.replace(tmp, dest)
-    return dest
+    def build(tmp: Path) -> Path:
+        copy = tmp / "ComfyUI"
+        shutil.copytree(src, copy, ignore=ignore, symlinks=True)
+        (copy / "custom_nodes").mkdir()
+        return copy
+
+    return comfyui_env.cached_folder(cache_root / f"ComfyUI-{comfyui_env.comfyui_version(src)}", ".svattn-source",
+                                     _fingerprint(src), build)
 
 
 def import_comfy(cpu: bool = True, base_directory: Path | None = None) -> Path:

@@ -58,46 +58,78 @@ def input_type(spec) -> str:
     return "COMBO" if isinstance(t, list) else t
 
 
-def ordered_inputs(info: dict, node_type: str):
-    """(name, type, options, is_widget) of every input in the order the frontend shows them; an input is
-    a widget when its type has one and it is not forced to a socket."""
-    spec = info[node_type]
-    inputs = {**spec["input"].get("required", {}), **spec["input"].get("optional", {})}
-    order = spec.get("input_order", {})
-    names = list(order.get("required", [])) + list(order.get("optional", [])) if order else list(inputs)
+# ComfyUI 0.33's DynamicCombo (SaveVideo's format and codec): a combo whose chosen option brings
+# inputs of its own, shown right after it and named "<combo>.<input>" by the frontend.
+DYNAMIC_COMBO = "COMFY_DYNAMICCOMBO_V3"
+
+
+def _entries(inputs: dict, order: dict | None = None):
+    """(name, type, options, is_widget) of an input dict ({"required": ..., "optional": ...}) in
+    the order the frontend shows them; an input is a widget when its type has one and it is
+    not forced to a socket."""
+    specs = {**inputs.get("required", {}), **inputs.get("optional", {})}
+    names = list(order.get("required", [])) + list(order.get("optional", [])) if order else list(specs)
     for name in names:
-        s = inputs[name]
+        s = specs[name]
         t = input_type(s)
         opts = s[1] if len(s) > 1 and isinstance(s[1], dict) else {}
-        yield name, t, opts, t in WIDGET_TYPES and not opts.get("forceInput")
+        yield name, t, opts, t in WIDGET_TYPES | {DYNAMIC_COMBO} and not opts.get("forceInput")
 
 
-def widget_layout(info: dict, node_type: str) -> list[tuple[str, str]]:
-    """[(name, kind)] in the order the frontend stores widgets_values; kind is the input type,
-    or "control" / "upload" for the extra values the frontend adds."""
+def ordered_inputs(info: dict, node_type: str):
+    """(name, type, options, is_widget) of every input of a node in the order the frontend shows them."""
+    spec = info[node_type]
+    yield from _entries(spec["input"], spec.get("input_order"))
+
+
+def widget_specs(info: dict, node_type: str, values: list | None = None) -> list[tuple[str, str, dict]]:
+    """[(name, kind, options)] in the order the frontend stores widgets_values; kind is the input
+    type ("COMBO" for a dynamic combo too, its options then the option keys), or "control" /
+    "upload" for the extra values the frontend adds. A dynamic combo is followed by the widgets
+    of the option it holds in ``values`` (a node's widgets_values), else of its default."""
     out = []
-    for name, t, opts, is_widget in ordered_inputs(info, node_type):
-        if not is_widget:
-            continue
-        out.append((name, t))
-        if opts.get("control_after_generate"):
-            out.append((name + ":control", "control"))
-        if opts.get("image_upload"):
-            out.append((name + ":upload", "upload"))
+    values = list(values or [])
+
+    def walk(entries, prefix):
+        for name, t, opts, is_widget in entries:
+            if not is_widget:
+                continue
+            full = prefix + name
+            if t == DYNAMIC_COMBO:
+                keys = [o["key"] for o in opts.get("options", [])]
+                held = values[len(out)] if len(out) < len(values) else None
+                chosen = held if held in keys else opts.get("default", keys[0] if keys else None)
+                out.append((full, "COMBO", {**opts, "options": keys}))
+                option = next((o for o in opts.get("options", []) if o["key"] == chosen), {})
+                walk(_entries(option.get("inputs", {})), full + ".")
+                continue
+            out.append((full, t, opts))
+            if opts.get("control_after_generate"):
+                out.append((full + ":control", "control", {}))
+            if opts.get("image_upload"):
+                out.append((full + ":upload", "upload", {}))
+
+    walk(ordered_inputs(info, node_type), "")
     return out
+
+
+def widget_layout(info: dict, node_type: str, values: list | None = None) -> list[tuple[str, str]]:
+    """[(name, kind)] of ``widget_specs``."""
+    return [(name, kind) for name, kind, _ in widget_specs(info, node_type, values)]
 
 
 def socket_inputs(info: dict, node_type: str) -> list[tuple[str, str]]:
     return [(name, t) for name, t, _, is_widget in ordered_inputs(info, node_type) if not is_widget]
 
 
-def widget_default(info: dict, node_type: str, name: str):
-    """The value the frontend gives a new widget: its default, else a combo's first option."""
-    spec = {**info[node_type]["input"].get("required", {}), **info[node_type]["input"].get("optional", {})}[name]
-    opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+def widget_default(info: dict, node_type: str, name: str, values: list | None = None):
+    """The value the frontend gives a new widget: its default, else a combo's first option
+    (``values``: the node's widgets_values, which choose the inputs of a dynamic combo)."""
+    opts = {n: o for n, _, o in widget_specs(info, node_type, values)}[name]
     if "default" in opts:
         return opts["default"]
-    options = spec[0] if isinstance(spec[0], list) else opts.get("options", [])
+    spec = {**info[node_type]["input"].get("required", {}), **info[node_type]["input"].get("optional", {})}.get(name)
+    options = spec[0] if spec and isinstance(spec[0], list) else opts.get("options", [])
     return options[0] if options else None
 
 

@@ -5,10 +5,11 @@ Used by the workflow tests (tests/test_workflows.py), the in-process harness
 (tools/comfyui_server.py ``import_comfy``) before any function here is called.
 
 ``write_models(models_dir, family)`` writes, under the *official* file names the workflows
-reference, files that ComfyUI 0.3.75's own loaders detect as the real thing:
+reference, files that ComfyUI's own loaders detect as the real thing:
 
-* diffusion models (UNETLoader, ``models/diffusion_models/``): state dicts of ComfyUI's own
-  model classes with deterministic random weights (``model_state_dict``), saved as safetensors;
+* diffusion models (UNETLoader, ``models/diffusion_models/``): the state dicts of the models
+  ComfyUI's own detection builds from a few tiny shapes (``detected_state_dict``, see
+  "Models as ComfyUI's loader makes them"), deterministic random weights, saved as safetensors;
 * the Wan 2.1 VAE (VAELoader): ``comfy.ldm.wan.vae.WanVAE`` with a small base ``dim`` (the
   loader reads ``dim`` from ``decoder.head.0.gamma``, so any size is detected);
 * the LTX-Video checkpoint (CheckpointLoaderSimple): transformer + VAE in one file with the
@@ -53,10 +54,111 @@ def init_weights(module, seed: int):
                 p.copy_(0.02 * torch.randn(p.shape, generator=gen))
 
 
-def model_state_dict(model_cls, seed: int, **config) -> dict:
-    """The state dict of ``model_cls(**config)`` (a ComfyUI model class) with init_weights."""
-    import comfy.ops
-    return _module_state_dict(model_cls(operations=comfy.ops.disable_weight_init, device="cpu", **config), seed)
+# --------------------------------------------------------------------------------------------
+# Models as ComfyUI's loader makes them
+# --------------------------------------------------------------------------------------------
+# A tiny model is built the way ComfyUI builds a real one from a file: comfy.model_detection
+# turns the shapes it reads from a state dict into the constructor arguments (its own
+# defaults for everything else, e.g. HunyuanVideo's ``meanflow_sum`` since 0.8), and the
+# supported model config's ``get_model`` picks the class and builds it. The *seed* is what
+# detection reads: a few tensors of the tiny shapes on the meta device (keys it only tests
+# for existence get a placeholder shape) plus, where real files carry one, the ``config``
+# metadata entry. The model built from the seed gives the complete state dict in the real
+# key layout. So the tests never hold a copy of a constructor's parameter list: a ComfyUI
+# that adds or renames one builds the tiny models as it builds real ones.
+
+def _meta(*shape):
+    import torch
+    return torch.empty(shape, device="meta")
+
+
+def wan_seed(*, dim: int = 128, num_layers: int = 2, ffn_dim: int | None = None, in_dim: int = 16,
+             out_dim: int = 16, i2v: bool = False) -> dict:
+    """Wan 2.1 / 2.2 (patch 1x2x2). Detection reads dim from head.modulation (heads = dim // 128),
+    out_dim from head.head, ffn_dim and the block count from blocks.N.ffn.0, in_dim from
+    patch_embedding; img_emb.proj.0.bias makes it i2v (CLIP image cross-attention)."""
+    sd = {"head.modulation": _meta(1, 2, dim), "head.head.weight": _meta(out_dim * 4, dim),
+          "patch_embedding.weight": _meta(dim, in_dim, 1, 2, 2)}
+    for i in range(num_layers):
+        sd[f"blocks.{i}.ffn.0.weight"] = _meta(ffn_dim or 2 * dim, dim)
+    if i2v:
+        sd["img_emb.proj.0.bias"] = _meta(1280)
+    return sd
+
+
+def hunyuan_video_seed(*, hidden_size: int = 128, depth: int = 1, depth_single_blocks: int = 1,
+                       in_channels: int = 16, out_channels: int = 16, text_dim: int = 4096) -> dict:
+    """HunyuanVideo T2V (patch 1x2x2, llava-llama text 4096, CLIP-L pooled vector, guidance).
+    Detection reads hidden size and patch from img_in.proj (heads = hidden // 128), the block
+    counts from double_blocks.N / single_blocks.N, text width from txt_in.input_embedder;
+    vector_in.* and guidance_in.* switch on the pooled vector and the guidance embedding."""
+    sd = {"txt_in.individual_token_refiner.blocks.0.norm1.weight": _meta(hidden_size),
+          "img_in.proj.weight": _meta(hidden_size, in_channels, 1, 2, 2),
+          "final_layer.linear.weight": _meta(out_channels * 4, hidden_size),
+          "txt_in.input_embedder.weight": _meta(hidden_size, text_dim),
+          "vector_in.in_layer.weight": _meta(hidden_size, 768),
+          "guidance_in.in_layer.weight": _meta(hidden_size, 256)}
+    for i in range(depth):
+        sd[f"double_blocks.{i}.img_attn.qkv.weight"] = _meta(3 * hidden_size, hidden_size)
+    for i in range(depth_single_blocks):
+        sd[f"single_blocks.{i}.linear1.weight"] = _meta(hidden_size, hidden_size)
+    return sd
+
+
+def ltxv_seed(*, num_layers: int = 2, num_heads: int = 32, head_dim: int = 8,
+              cross_dim: int | None = None) -> tuple[dict, dict | None]:
+    """LTX-Video 0.9. Detection reads the block count from transformer_blocks.N and assumes 32
+    heads (head_dim = attn2.to_k rows // 32, cross dim = its columns); real files carry a
+    ``config`` metadata entry whose ``transformer`` part overrides that, so other head
+    counts come with such metadata, as UNETLoader passes it from the file."""
+    inner = num_heads * head_dim
+    sd = {"adaln_single.emb.timestep_embedder.linear_1.bias": _meta(inner)}
+    for i in range(num_layers):
+        sd[f"transformer_blocks.{i}.attn2.to_k.weight"] = _meta(inner, cross_dim or inner)
+    metadata = None
+    if num_heads != 32:
+        metadata = {"config": json.dumps({"transformer": {"num_attention_heads": num_heads,
+                                                          "attention_head_dim": head_dim}})}
+    return sd, metadata
+
+
+def ltx2_seed(*, num_layers: int = 2, num_heads: int = 2, head_dim: int = 32, audio_heads: int = 2,
+              audio_head_dim: int = 16, caption_channels: int = 64, connector_heads: int = 2,
+              connector_layers: int = 1) -> tuple[dict, dict]:
+    """LTX-2 audio-video (ComfyUI with comfy/ldm/lightricks/av_model.py). Detection sees LTXV
+    keys plus audio_adaln_single.* and reads only the block count, head dim (as LTXV) and
+    cross dim; a real LTX-2 file gives every size in its ``config`` metadata, and so does
+    the seed: video and audio heads, the text width (caption channels, which the text
+    connectors keep: connector heads x head dim = caption channels) and the connector depth."""
+    inner = num_heads * head_dim
+    sd = {"adaln_single.emb.timestep_embedder.linear_1.bias": _meta(inner),
+          "audio_adaln_single.linear.weight": _meta(6 * audio_heads * audio_head_dim, audio_heads * audio_head_dim)}
+    for i in range(num_layers):
+        sd[f"transformer_blocks.{i}.attn2.to_k.weight"] = _meta(inner, inner)
+    transformer = {"num_attention_heads": num_heads, "attention_head_dim": head_dim,
+                   "audio_num_attention_heads": audio_heads, "audio_attention_head_dim": audio_head_dim,
+                   "audio_cross_attention_dim": audio_heads * audio_head_dim,
+                   "caption_channels": caption_channels, "connector_num_attention_heads": connector_heads,
+                   "connector_attention_head_dim": caption_channels // connector_heads,
+                   "connector_num_layers": connector_layers}
+    return sd, {"config": json.dumps({"transformer": transformer})}
+
+
+def detected_model(seed_sd: dict, metadata: dict | None = None):
+    """``(model_config, diffusion_model)``: what ComfyUI's detection and ``get_model`` make of a
+    seed (the model on the CPU, weights uninitialised)."""
+    import comfy.model_detection
+    model_config = comfy.model_detection.model_config_from_unet(seed_sd, "", metadata=metadata)
+    if model_config is None:
+        raise RuntimeError(f"ComfyUI's model detection did not recognise the seed state dict "
+                           f"(keys {sorted(seed_sd)[:6]}...)")
+    return model_config, model_config.get_model(seed_sd, "").diffusion_model
+
+
+def detected_state_dict(seed_sd: dict, seed: int, metadata: dict | None = None, dtype=None) -> dict:
+    """The complete state dict (real key layout, init_weights) of the model ComfyUI builds
+    from ``seed_sd`` (see ``detected_model``)."""
+    return _module_state_dict(detected_model(seed_sd, metadata)[1], seed, dtype)
 
 
 # Official file names (Comfy-Org repackaged releases / Lightricks), as the workflows use them.
@@ -105,11 +207,7 @@ def _module_state_dict(module, seed: int, dtype=None) -> dict:
 def wan22_i2v_state_dict(seed: int) -> dict:
     """Wan 2.2 I2V A14B layout: i2v input width (in_dim 36) but no CLIP image embedding, so
     ComfyUI detects it as WAN21_T2V like the real A14B files."""
-    import comfy.ldm.wan.model
-    config = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=36, dim=128, ffn_dim=256,
-                  freq_dim=256, text_dim=4096, out_dim=16, num_heads=1, num_layers=2, window_size=(-1, -1),
-                  qk_norm=True, cross_attn_norm=True, eps=1e-6)
-    return model_state_dict(comfy.ldm.wan.model.WanModel, seed, **config)
+    return detected_state_dict(wan_seed(dim=128, num_layers=2, in_dim=36), seed)
 
 
 def wan_vae_state_dict(seed: int = 0, dim: int = 16) -> dict:
@@ -134,13 +232,12 @@ LTXV_TINY_TRANSFORMER = {"num_attention_heads": 2, "attention_head_dim": 64, "nu
 
 def ltxv_checkpoint(seed: int) -> tuple[dict, dict]:
     import torch
-    import comfy.ldm.lightricks.model
     import comfy.ldm.lightricks.vae.causal_video_autoencoder as cva
     t = LTXV_TINY_TRANSFORMER
-    inner = t["num_attention_heads"] * t["attention_head_dim"]
-    dm = model_state_dict(comfy.ldm.lightricks.model.LTXVModel, seed, in_channels=128, cross_attention_dim=inner,
-                       attention_head_dim=t["attention_head_dim"], num_attention_heads=t["num_attention_heads"],
-                       caption_channels=4096, num_layers=t["num_layers"])
+    seed_sd, _ = ltxv_seed(num_layers=t["num_layers"], num_heads=t["num_attention_heads"],
+                           head_dim=t["attention_head_dim"])
+    # the checkpoint's own metadata (below) carries the transformer part, as real LTXV files do
+    dm = detected_state_dict(seed_sd, seed, {"config": json.dumps({"transformer": dict(t)})})
     vae = cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG))
     vsd = _module_state_dict(vae, seed + 1)
     # latent statistics: identity normalisation
@@ -178,12 +275,7 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
     models_dir = Path(models_dir)
     written = []
     if family == "wan21_t2v":
-        import comfy.ldm.wan.model
-        dim = wan_hidden_size(wan_heads)
-        config = dict(model_type="t2v", patch_size=(1, 2, 2), text_len=512, in_dim=16, dim=dim, ffn_dim=2 * dim,
-                      freq_dim=256, text_dim=4096, out_dim=16, num_heads=wan_heads, num_layers=wan_layers,
-                      window_size=(-1, -1), qk_norm=True, cross_attn_norm=True, eps=1e-6)
-        sd = model_state_dict(comfy.ldm.wan.model.WanModel, 0, **config)
+        sd = detected_state_dict(wan_seed(dim=wan_hidden_size(wan_heads), num_layers=wan_layers), 0)
         written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
         _save(sd, written[-1])
         written.append(models_dir / "vae" / FILES[family]["vae"][0])
@@ -195,13 +287,7 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
         written.append(models_dir / "vae" / FILES[family]["vae"][0])
         _save(wan_vae_state_dict(), written[-1])
     elif family == "hunyuan_video":
-        import comfy.ldm.hunyuan_video.model
-        config = dict(image_model="hunyuan_video", in_channels=16, out_channels=16, vec_in_dim=768,
-                      context_in_dim=4096, hidden_size=128, mlp_ratio=4.0, num_heads=1, depth=1,
-                      depth_single_blocks=1, axes_dim=[16, 56, 56], theta=256, patch_size=[1, 2, 2], qkv_bias=True,
-                      guidance_embed=True, byt5=False, meanflow=False, use_cond_type_embedding=False,
-                      vision_in_dim=None)
-        sd = model_state_dict(comfy.ldm.hunyuan_video.model.HunyuanVideo, 0, **config)
+        sd = detected_state_dict(hunyuan_video_seed(hidden_size=128, depth=1, depth_single_blocks=1), 0)
         written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
         _save(sd, written[-1])
         vae_path = models_dir / "vae" / FILES[family]["vae"][0]

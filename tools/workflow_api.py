@@ -5,7 +5,8 @@ Shared by tests/test_workflows.py and ``make demo`` (tools/demo.py).
 ``ui_to_api`` does what the frontend's graphToPrompt does for the graphs in workflows/ (no
 subgraphs, reroutes or bypassed nodes there): notes are dropped, widget values are matched to
 input names in /object_info's ``input_order`` (skipping the frontend-only control_after_generate
-and upload values), and links become ``[source id, output slot]``. The web UI test checks
+and upload values; the inputs of a dynamic combo's chosen option, ComfyUI 0.33, follow it as
+``combo.input``), and links become ``[source id, output slot]``. The web UI test checks
 that it gives exactly what the real frontend gives.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ _spec = importlib.util.spec_from_file_location("_svattn_make_workflows", REPO_RO
 make_workflows = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(make_workflows)
 widget_layout = make_workflows.widget_layout
+widget_specs = make_workflows.widget_specs
 socket_inputs = make_workflows.socket_inputs
 widget_default = make_workflows.widget_default
 
@@ -36,14 +38,15 @@ def ui_to_api(workflow: dict, object_info: dict, defaults_used: list | None = No
         if node["type"] in FRONTEND_ONLY or node.get("mode", 0) != 0:
             continue
         inputs = {}
-        layout = widget_layout(object_info, node["type"])
         values = list(node.get("widgets_values", []))
-        if defaults_used is not None and len(values) < len(layout):
-            for name, kind in layout[len(values):]:
-                values.append(None if kind in ("control", "upload") else
-                              widget_default(object_info, node["type"], name))
-                if kind not in ("control", "upload"):
-                    defaults_used.append(f"{node['id']} {node['type']}.{name} = {values[-1]!r}")
+        layout = widget_layout(object_info, node["type"], values)
+        while defaults_used is not None and len(values) < len(layout):
+            name, kind = layout[len(values)]
+            values.append(None if kind in ("control", "upload") else
+                          widget_default(object_info, node["type"], name, values))
+            if kind not in ("control", "upload"):
+                defaults_used.append(f"{node['id']} {node['type']}.{name} = {values[-1]!r}")
+            layout = widget_layout(object_info, node["type"], values)  # a dynamic combo's inputs
         if len(values) != len(layout):
             raise ValueError(f"node {node['id']} {node['type']}: {len(values)} widget values, "
                              f"/object_info gives {len(layout)} widgets {[n for n, _ in layout]}")
