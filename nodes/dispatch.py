@@ -680,6 +680,20 @@ class SparseAttention:
             return out.transpose(1, 2)
         return out.reshape(b, l, h * d)
 
+    def _note_kernel_setup(self, q, plan, sol_tile):
+        """Once per run, for the summary: the GPU's launch configuration (and why) and Sol's
+        blocks. Not inside a torch.compile region (the dict would become a guard)."""
+        meta = self.stats.meta
+        if torch.compiler.is_compiling() or "kernel_config" in meta:
+            return
+        if plan["backend"] == "triton" and q.is_cuda:
+            meta["kernel_config"] = kernels_module("launch_config").config_for_device(q.device).describe()
+        else:
+            meta["kernel_config"] = f"backend {plan['backend']} on {q.device.type}"
+        if self.config.method == "sol_attn":
+            meta["sol_blocks"] = ("row-major 64-token blocks" if sol_tile is None
+                                  else "3D tiles {}x{}x{} of the grid {}".format(*sol_tile, plan["grid"]))
+
     def _run_sparse(self, q, k, v, heads, skip_reshape, plan):
         q4, k4, v4 = (blhd(t, heads, skip_reshape) for t in (q, k, v))
         cfg = self.config
@@ -692,9 +706,12 @@ class SparseAttention:
             else:
                 sinks, sol_grid = None, grid
                 tile = None if cfg.sol_tile == SOL_TILE_AUTO else cfg.sol_tile
+            self._note_kernel_setup(q, plan, None if cfg.sol_tile is None
+                                    else tile or kernels_module("sol_routing").sol_tile_for_grid(grid))
             return ops.sol_attention(q4, k4, v4, beta=self.beta, estimator=cfg.estimator,
                                      sinks=sinks, keep_diagonal=cfg.keep_diagonal, grid=sol_grid,
                                      tile=tile, backend=plan["backend"])
+        self._note_kernel_setup(q, plan, None)
         # The parameters stay on the CPU: the kernel's schedule is built and cached there.
         out = ops.psa_attention(q4, k4, v4, grid=grid, params=plan["params"], tile=self.preset.tile,
                                 extra_tokens=seq_len - n_video, backend=plan["backend"])
