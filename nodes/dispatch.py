@@ -682,10 +682,13 @@ class SparseAttention:
 
     def _note_kernel_setup(self, q, plan, sol_tile):
         """Once per run, for the summary: the GPU's launch configuration (and why) and Sol's
-        blocks. Not inside a torch.compile region (the dict would become a guard)."""
+        blocks (``sol_tile``: a tile, "auto" or None). Not inside a torch.compile region (the
+        dict would become a guard, the lookups graph breaks)."""
         meta = self.stats.meta
         if torch.compiler.is_compiling() or "kernel_config" in meta:
             return
+        if sol_tile == SOL_TILE_AUTO:
+            sol_tile = kernels_module("sol_routing").sol_tile_for_grid(plan["grid"])
         if plan["backend"] == "triton" and q.is_cuda:
             meta["kernel_config"] = kernels_module("launch_config").config_for_device(q.device).describe()
         else:
@@ -706,8 +709,7 @@ class SparseAttention:
             else:
                 sinks, sol_grid = None, grid
                 tile = None if cfg.sol_tile == SOL_TILE_AUTO else cfg.sol_tile
-            self._note_kernel_setup(q, plan, None if cfg.sol_tile is None
-                                    else tile or kernels_module("sol_routing").sol_tile_for_grid(grid))
+            self._note_kernel_setup(q, plan, cfg.sol_tile)
             return ops.sol_attention(q4, k4, v4, beta=self.beta, estimator=cfg.estimator,
                                      sinks=sinks, keep_diagonal=cfg.keep_diagonal, grid=sol_grid,
                                      tile=tile, backend=plan["backend"])

@@ -164,7 +164,15 @@ def test_wan_normal_beta_close_but_not_identical(pack, wan, wan_base):
     diff = (out - wan_base).abs()
     assert diff.max() > 1e-4
     assert diff.mean() < 0.25 * wan_base.abs().mean()
-    assert summary(pack, m)["mean_density"] < 1.0
+    s = summary(pack, m)
+    assert s["mean_density"] < 1.0
+    # the summary says what ran: the backend here (a GPU's launch configuration on CUDA, see
+    # tests/gpu) and Sol's blocks, 3D tiles of the video grid by default
+    assert s["kernel_config"] == "backend reference on cpu"
+    assert s["sol_blocks"].startswith("3D tiles ") and str(tuple(s["grid"])) in s["sol_blocks"]
+    m = patch(pack, wan.patcher, beta=1.0, warmup=0.0, dense_blocks="", sol_tile="off")
+    H.sample(wan, steps=2, model=m)
+    assert summary(pack, m)["sol_blocks"] == "row-major 64-token blocks"
 
 
 def test_unpatched_model_untouched(pack, wan, wan_base):
