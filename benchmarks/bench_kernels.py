@@ -341,7 +341,7 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
                        first_call_s=first_call_s, peak_extra_mb_psa=mem, peak_extra_mb_cudnn=mem_dense)
             if flex is not None:
                 try:
-                    lay = tile_layout(grid, tile, pad=True, device="cuda")
+                    lay = tile_layout(grid, tile, device="cuda")
                     qb, kb, vb = (lay.to_blocks(x, dim=1).transpose(1, 2) for x in (q, k, v))
                     bm = flex_psa_block_mask(grid, params, tile, lay.n_slots)
                     flex(qb, kb, vb, block_mask=bm)

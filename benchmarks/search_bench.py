@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     dtype = DTYPES[args.dtype]
     query_tiles, rows_per_tile = args.query_tiles or None, args.rows_per_tile or None
     layers = list(range(args.layers))
-    lay = tile_layout(grid, tile, pad=True)
+    lay = tile_layout(grid, tile)
     out = os.path.abspath(args.out)
     stem = out[:-5] if out.endswith(".json") else out
     table_path, preset_path = f"{stem}.table.safetensors", f"{stem}.preset.json"

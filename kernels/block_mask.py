@@ -84,7 +84,7 @@ class BlockLayout:
 
 @functools.lru_cache(maxsize=64)
 def _cached_block_layout(grid, tile, extra_tokens, device_str):
-    lay = tile_layout(grid, tile, pad=True)
+    lay = tile_layout(grid, tile)
     bt = lay.block_tokens
     extra_blocks = -(-extra_tokens // bt)
     lengths = torch.cat([lay.block_lengths.to(torch.int32),

@@ -1,4 +1,4 @@
-"""Tile-major token layouts of a video latent grid (shared by PSA and Sol's ``reorder=``).
+"""Tile-major token layouts of a video latent grid (the blocks of ``block_mask.BlockLayout``).
 
 The video tokens of a DiT come in row-major grid order: token ``(t, h, w)`` of a grid
 ``(T, H, W)`` has index ``(t * H + h) * W + w``. Block-sparse kernels want every tile of
@@ -9,10 +9,8 @@ The video tokens of a DiT come in row-major grid order: token ``(t, h, w)`` of a
   block ``b = (bt_idx * nH + bh_idx) * nW + bw_idx``;
 * inside a block, its real tokens in local row-major (t, h, w) order.
 
-Two flavours:
-
-``pad=True`` (PSA): every block owns ``block_tokens = bt*bh*bw`` slots, the blocked
-sequence has ``n_blocks * block_tokens`` slots. A block on the far edge of an axis that does
+Every block owns ``block_tokens = bt*bh*bw`` slots (3D padding), the blocked sequence has
+``n_blocks * block_tokens`` slots. A block on the far edge of an axis that does
 not divide by the tile is short; its real tokens come first and its padding slots last, so
 every block is "a valid prefix of length ``block_lengths[b]``" and a kernel masks it exactly
 like a ragged tail. Example, grid (1, 3, 3), tile (1, 2, 2) -> block grid (1, 2, 2)::
@@ -22,16 +20,14 @@ like a ragged tail. Example, grid (1, 3, 3), tile (1, 2, 2) -> block grid (1, 2,
     3 4 5              A A | B           C: 6 7 . .    D: 8 . . .
     6 7 8              C C | D           ('.' = padding slot, perm = -1)
 
-``pad=False`` (Sol's ``reorder=``): the blocked sequence is the real tokens only, in the same
-tile-major order, blocks concatenated with their true lengths (``block_starts`` gives the
-offsets). Above: ``0 1 3 4 2 5 6 7 8``.
-
 Tokens after the grid (HunyuanVideo's text tokens) are not part of any layout; the
 ``extra_tokens`` argument of :meth:`TileLayout.to_blocks` / :meth:`TileLayout.from_blocks`
 leaves them at the end of the sequence, untouched.
 
-Layouts are small integer tensors and are cached per (grid, tile, pad, device) by
-:func:`tile_layout`.
+Layouts are small integer tensors and are cached per (grid, tile, device) by
+:func:`tile_layout`. The kernels never permute q/k/v: they read them in place through
+``perm`` (``block_mask.BlockLayout.row_map``); :meth:`TileLayout.to_blocks` and
+:meth:`TileLayout.from_blocks` make permuted copies for references, tests and benchmarks.
 
 Limits, checked before anything is allocated (a layout holds int64 tensors of the padded
 grid, so an absurd tile on a small video would otherwise ask for gigabytes). They come from
@@ -111,18 +107,16 @@ class TileLayout:
     ``n_blocks``, ``block_tokens``
     ``n_tokens``                T*H*W, the real tokens
     ``perm``  (int64, n_slots)  for every slot of the blocked sequence, its grid token, or -1
-                                for a padding slot (only with pad=True)
+                                for a padding slot
     ``inverse`` (int64, n_tokens) for every grid token, its slot
     ``block_lengths`` (int32, n_blocks) real tokens per block
-    ``block_starts``  (int64, n_blocks) first slot of each block
     ``n_slots``                 length of the blocked sequence
     """
 
-    def __init__(self, grid, tile, pad: bool = True, device="cpu"):
+    def __init__(self, grid, tile, device="cpu"):
         self.grid = check_grid(grid)
         self.tile = check_tile(tile)
         check_padding(self.grid, self.tile)
-        self.pad = bool(pad)
         self.device = torch.device(device)
         T, H, W = self.grid
         bt, bh, bw = self.tile
@@ -145,12 +139,7 @@ class TileLayout:
         order = torch.sort((blocks < 0).to(torch.int8), dim=1, stable=True).indices
         blocks = torch.gather(blocks, 1, order)
         lengths = (blocks >= 0).sum(dim=1)
-        if self.pad:
-            perm = blocks.reshape(-1)
-            starts = torch.arange(self.n_blocks, dtype=torch.int64) * self.block_tokens
-        else:
-            perm = blocks[blocks >= 0]
-            starts = torch.cumsum(lengths, 0) - lengths
+        perm = blocks.reshape(-1)
         inverse = torch.empty(self.n_tokens, dtype=torch.int64)
         slots = torch.nonzero(perm >= 0).squeeze(1)
         inverse[perm[slots]] = slots
@@ -159,7 +148,6 @@ class TileLayout:
         self.perm = perm.to(self.device)
         self.inverse = inverse.to(self.device)
         self.block_lengths = lengths.to(torch.int32).to(self.device)
-        self.block_starts = starts.to(self.device)
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -169,7 +157,7 @@ class TileLayout:
 
     @property
     def padding_fraction(self) -> float:
-        """Padding slots / real tokens (0 with pad=False)."""
+        """Padding slots / real tokens."""
         return (self.n_slots - self.n_tokens) / self.n_tokens
 
     def block_of_token(self) -> torch.Tensor:
@@ -222,20 +210,20 @@ class TileLayout:
 
     def __repr__(self) -> str:
         return (
-            f"TileLayout(grid={self.grid}, tile={self.tile}, pad={self.pad}, "
+            f"TileLayout(grid={self.grid}, tile={self.tile}, "
             f"block_grid={self.block_grid}, n_blocks={self.n_blocks}, "
             f"slots={self.n_slots}, padding={100 * self.padding_fraction:.1f}%, device={self.device})"
         )
 
 
 @functools.lru_cache(maxsize=64)
-def _cached_layout(grid, tile, pad, device_str):
-    return TileLayout(grid, tile, pad, device_str)
+def _cached_layout(grid, tile, device_str):
+    return TileLayout(grid, tile, device_str)
 
 
-def tile_layout(grid, tile, pad: bool = True, device="cpu") -> TileLayout:
-    """The :class:`TileLayout` for (grid, tile, pad, device), built once and cached.
+def tile_layout(grid, tile, device="cpu") -> TileLayout:
+    """The :class:`TileLayout` for (grid, tile, device), built once and cached.
 
     The cached object is shared: treat its tensors as read-only.
     """
-    return _cached_layout(check_grid(grid), check_tile(tile), bool(pad), str(cache_device(device)))
+    return _cached_layout(check_grid(grid), check_tile(tile), str(cache_device(device)))

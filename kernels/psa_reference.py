@@ -33,7 +33,7 @@ def check_extra_tokens(extra_tokens, seq_len: int, grid) -> int:
 
 def psa_token_blocks(grid, tile, extra_tokens: int, device) -> torch.Tensor:
     """Block id (int64, L) of every token in sequence order; extra tokens get ``n_blocks``."""
-    lay = tile_layout(grid, tile, pad=True, device="cpu")
+    lay = tile_layout(grid, tile, device="cpu")
     blk = torch.cat([lay.block_of_token(), torch.full((extra_tokens,), lay.n_blocks, dtype=torch.int64)])
     return blk.to(device)
 

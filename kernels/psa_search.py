@@ -581,7 +581,7 @@ class PSASearchAccumulator:
         self.scale = scale
         self.owned = owned
         self.device = None if device is None else torch.device(device)
-        self.layout = tile_layout(self.grid, self.tile, pad=True)
+        self.layout = tile_layout(self.grid, self.tile)
         masks = psa_block_mask(self.grid, cands, self.tile)
         self._masks = masks  # bool (C, nB, nB), CPU
         from .psa_mask import PSAMask

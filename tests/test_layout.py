@@ -23,9 +23,8 @@ def coords(grid):
 
 
 @pytest.mark.parametrize("grid,tile", CASES)
-@pytest.mark.parametrize("pad", [True, False])
-def test_round_trip_and_inverse(grid, tile, pad):
-    lay = TileLayout(grid, tile, pad=pad)
+def test_round_trip_and_inverse(grid, tile):
+    lay = TileLayout(grid, tile)
     n = grid[0] * grid[1] * grid[2]
     x = torch.randn(2, n, 3, 5)
     y = lay.to_blocks(x, dim=1)
@@ -36,13 +35,11 @@ def test_round_trip_and_inverse(grid, tile, pad):
     real = lay.perm >= 0
     assert int(real.sum()) == n
     assert torch.equal(torch.sort(lay.perm[real]).values, torch.arange(n))
-    if not pad:
-        assert lay.n_slots == n and bool(real.all())
 
 
 @pytest.mark.parametrize("grid,tile", CASES)
 def test_blocks_are_contiguous_tiles_with_padding_last(grid, tile):
-    lay = TileLayout(grid, tile, pad=True)
+    lay = TileLayout(grid, tile)
     T, H, W = grid
     bt, bh, bw = tile
     nT, nH, nW = lay.block_grid
@@ -63,27 +60,12 @@ def test_blocks_are_contiguous_tiles_with_padding_last(grid, tile):
             for w in range(iw * bw, min(W, (iw + 1) * bw))
         ]
         assert members == expect  # exactly the tile, in local (t, h, w) order
-        assert int(lay.block_starts[b]) == b * lay.block_tokens
-
-
-@pytest.mark.parametrize("grid,tile", CASES)
-def test_unpadded_is_padded_without_padding(grid, tile):
-    a = TileLayout(grid, tile, pad=True)
-    b = TileLayout(grid, tile, pad=False)
-    assert torch.equal(b.perm, a.perm[a.perm >= 0])
-    assert torch.equal(a.block_lengths, b.block_lengths)
-    starts = torch.cumsum(b.block_lengths.long(), 0) - b.block_lengths.long()
-    assert torch.equal(b.block_starts, starts)
-    for blk in range(b.n_blocks):
-        s, n = int(b.block_starts[blk]), int(b.block_lengths[blk])
-        assert torch.equal(b.perm[s:s + n], a.perm[blk * a.block_tokens: blk * a.block_tokens + n])
 
 
 def test_docstring_example():
-    lay = TileLayout((1, 3, 3), (1, 2, 2), pad=True)
+    lay = TileLayout((1, 3, 3), (1, 2, 2))
     assert lay.perm.tolist() == [0, 1, 3, 4, 2, 5, -1, -1, 6, 7, -1, -1, 8, -1, -1, -1]
     assert lay.block_lengths.tolist() == [4, 2, 2, 1]
-    assert TileLayout((1, 3, 3), (1, 2, 2), pad=False).perm.tolist() == [0, 1, 3, 4, 2, 5, 6, 7, 8]
 
 
 def test_padding_slots_are_zero_even_for_nonfinite_tokens():
@@ -117,8 +99,8 @@ def test_block_of_token_matches_perm():
 
 def test_cache_and_devices():
     a = tile_layout((4, 4, 4), (2, 2, 2))
-    assert tile_layout([4, 4, 4], (2, 2, 2), True, "cpu") is a
-    assert tile_layout((4, 4, 4), (2, 2, 2), pad=False) is not a
+    assert tile_layout([4, 4, 4], (2, 2, 2), "cpu") is a
+    assert tile_layout((4, 4, 4), (2, 4, 2)) is not a
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ def no_huge_tensor(monkeypatch, limit=1 << 26):
 def test_layout_refuses_before_allocating(monkeypatch, grid, tile, words):
     no_huge_tensor(monkeypatch)
     with pytest.raises(ValueError) as e:
-        layout.TileLayout(grid, tile, pad=False)
+        layout.TileLayout(grid, tile)
     assert words in str(e.value)
 
 

@@ -108,7 +108,7 @@ def blocked_emulation(q, k, v, grid, params, tile, extra, garbage):
     each query block visits the scheduled key blocks masked by block length, plus the
     extra tokens; then back to grid order."""
     B, L, H, D = q.shape
-    lay = TileLayout(grid, tile, pad=True)
+    lay = TileLayout(grid, tile)
     qb, kb, vb = (lay.to_blocks(x, dim=1, extra_tokens=extra) for x in (q, k, v))
     pad = lay.perm < 0
     n_slots = lay.n_slots

@@ -222,7 +222,7 @@ def test_3d_tiles_are_row_major_blocks_of_the_tile_major_order():
     L = 2 * 8 * 16 + extra
     q, k, v = qkv(1, L, 2, 64, torch.float32, seed=31)
     out = kernels.sol_attention_reference(q, k, v, beta=0.8, grid=grid, tile=tile)
-    lay = tile_layout(grid, tile, pad=False)
+    lay = tile_layout(grid, tile)
     blocked = [lay.to_blocks(t, dim=1, extra_tokens=extra) for t in (q, k, v)]
     by_hand = lay.from_blocks(kernels.sol_attention_reference(*blocked, beta=0.8, sinks=[(256, L)]),
                               dim=1, extra_tokens=extra)
