@@ -44,12 +44,16 @@ def test_select_preset_name_must_match_in_full(pack, wan):  # noqa: F811
 
 # ------------------------------------------------------------------------ the sampler never fails
 def test_sol_tile_too_large_for_the_video_stays_dense(pack, wan, caplog):  # noqa: F811
-    tiny, base = wan
+    """A 64-token tile that pads the video's grid beyond kernels.layout's limit (64,1,1 on a
+    one-frame grid of 10 x 10 tokens: 6400 slots for 100 tokens) leaves those calls dense."""
+    tiny, _ = wan
+    one_frame = (1, 16, 1, 20, 20)  # latent (B, C, T, H, W): token grid (1, 10, 10)
+    base = H.sample(tiny, steps=STEPS, latent_shape=one_frame)
     m = patch(pack, tiny.patcher, sol_tile="64,1,1", warmup=0.0, dense_blocks="")
-    torch.testing.assert_close(H.sample(tiny, steps=STEPS, model=m), base)
+    torch.testing.assert_close(H.sample(tiny, steps=STEPS, model=m, latent_shape=one_frame), base)
     s = summary(pack, m)
     assert s["sparse_calls"] == 0 and s["dense_calls"]["sol_tile"] == STEPS * 2
-    assert "pads the grid (3, 4, 6)" in s["notes"]["sol_tile"]
+    assert "pads the grid (1, 10, 10)" in s["notes"]["sol_tile"]
 
 
 def test_psa_failure_while_deciding_falls_back_to_dense(pack, comfy, wan, monkeypatch):  # noqa: F811
