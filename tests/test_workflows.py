@@ -226,7 +226,7 @@ def token_grid(prompt: dict) -> tuple[int, int, int]:
 def test_workflow_follows_the_recommended_settings(server, name):
     info = server.object_info
     row = recommended_settings.for_workflow(name)
-    prompt = wc.ui_to_api(load(name), info)
+    prompt = wc.ui_to_api(load(name), info, defaults_used=[])  # widgets newer ComfyUI added: defaults
     patches = [n["inputs"] for n in prompt.values() if n["class_type"] == "SparseAttentionPatch"]
     assert patches
     widgets = [w for w, kind in wc.widget_layout(info, "SparseAttentionPatch") if kind not in ("control", "upload")]
