@@ -37,7 +37,7 @@ def no_huge_tensor(monkeypatch, limit=1 << 26):
 
 # ------------------------------------------------------------------------ item 1: layouts
 @pytest.mark.parametrize("grid,tile,words", [
-    ((3, 4, 6), (300, 1, 1), "tile.t must be <= 256"),             # the `reorder 99999999,1,1` case
+    ((3, 4, 6), (300, 1, 1), "tile.t must be <= 256"),             # the issue's `99999999,1,1` tile widget case
     ((3, 4, 6), (1, 100, 100), "10000 tokens, more than the 4096"),
     ((3, 4, 6), (200, 1, 1), "pads the grid (3, 4, 6) (72 tokens) to 4800 slots"),
     ((2000, 1, 1), (1, 1, 1), "grid.t must be <= 1024"),
@@ -51,7 +51,7 @@ def test_layout_refuses_before_allocating(monkeypatch, grid, tile, words):
 
 
 def test_layout_limits_keep_real_grids():
-    # Wan 720p / HunyuanVideo 720p with their PSA tiles, Sol's reorder tile, a tile larger
+    # Wan 720p / HunyuanVideo 720p with their PSA tiles, a Sol 64-token tile, a tile larger
     # than a tiny grid (one tile's worth of padding is always allowed)
     for grid, tile in [((21, 45, 80), (3, 8, 16)), ((33, 45, 80), (3, 8, 16)), ((21, 45, 80), (1, 4, 16)),
                        ((2, 3, 5), (3, 4, 8)), ((1, 1, 1), (16, 16, 16))]:
