@@ -272,6 +272,11 @@ def call_args(args, kwargs):
     return q, k, v, heads, mask, bool(kwargs.get("skip_reshape", False))
 
 
+def tokens_of(t: torch.Tensor, skip_reshape: bool) -> int:
+    """Sequence length of a call's q/k/v: (B, H, L, D) with ``skip_reshape``, else (B, L, H·D)."""
+    return t.shape[2] if skip_reshape else t.shape[1]
+
+
 def blhd(t: torch.Tensor, heads: int, skip_reshape: bool) -> torch.Tensor:
     """q/k/v of a call as (B, L, H, D) (a view)."""
     if skip_reshape:  # (B, H, L, D)
@@ -554,11 +559,9 @@ class SparseAttention:
         f = self.fwd
         if not f.active or f.role is None or f.grid is None:
             return "not_video_self_attention"
-        lq = q.shape[2] if skip_reshape else q.shape[1]
-        lk = k.shape[2] if skip_reshape else k.shape[1]
         if mask is not None and not _mask_is_noop(mask):
             return "mask"  # inside a video self-attention module, also a query slice (LTX guides)
-        if lq != lk:
+        if tokens_of(q, skip_reshape) != tokens_of(k, skip_reshape):
             return "not_video_self_attention"
         return None
 
@@ -584,7 +587,7 @@ class SparseAttention:
             return f.step_reason, ""
         if f.block in self.dense_blocks:
             return "dense_block", ""
-        lq = q.shape[2] if skip_reshape else q.shape[1]
+        lq = tokens_of(q, skip_reshape)
         if lq < cfg.min_tokens:
             return "min_tokens", f"{lq} < {cfg.min_tokens}"
         vg = self.video_grid(lq)
@@ -658,8 +661,8 @@ class SparseAttention:
         if reason is None and kwargs.get("low_precision_attention", True) is False:
             reason, plan = "low_precision", ""
         if reason == "mask":
-            lq, lk = (q.shape[2], k.shape[2]) if skip_reshape else (q.shape[1], k.shape[1])
-            plan = f"mask {tuple(mask.shape)} on {lq} queries x {lk} keys"
+            plan = (f"mask {tuple(mask.shape)} on {tokens_of(q, skip_reshape)} queries x "
+                    f"{tokens_of(k, skip_reshape)} keys")
         if reason is not None:
             self._note(reason, plan)
             self._count(reason)

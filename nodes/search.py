@@ -38,7 +38,7 @@ import torch
 
 from ._kernels import kernels_module
 from .config import PatchConfig, parse_block_list, parse_tile
-from .dispatch import EXPECTED_REASONS, _REASON_TEXT, SparseAttention, blhd, call_args
+from .dispatch import EXPECTED_REASONS, _REASON_TEXT, SparseAttention, blhd, call_args, tokens_of
 from .presets import model_fingerprint, preset_family
 
 log = logging.getLogger("sparse_video_attention")
@@ -304,7 +304,7 @@ class SearchAttention(SparseAttention):
             if chosen is not None and f.step is not None and f.step not in chosen:
                 reason = "search_step"
             else:
-                lq = q.shape[2] if skip_reshape else q.shape[1]
+                lq = tokens_of(q, skip_reshape)
                 plan = self.video_grid(lq)
                 if plan is None:
                     reason, detail = "grid", f"{lq} tokens, latent grid {f.grid}"
