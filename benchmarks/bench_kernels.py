@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -131,6 +132,12 @@ def flex_block_mask(selection, L, block=64):
 
 SOL_SHAPES = {75600: (21, 45, 80), 131072: (32, 64, 64)}
 
+# Block loops a benchmark can time side by side on Hopper: "default" is the GPU's own row
+# (launch_config), "ws" the warp-specialised loop (hopper_loop), "tma" the portable kernel
+# with TMA boxes.
+LOOPS = {"default": None, "ws": ARCHITECTURES[(9, 0)],
+         "tma": dataclasses.replace(ARCHITECTURES[(9, 0)], warp_specialized=False)}
+
 
 def sol_pieces(q, k, v, beta, grid, tile):
     """The three stages of one Sol call for all heads, for timing them apart: the routed mask
@@ -147,10 +154,11 @@ def sol_pieces(q, k, v, beta, grid, tile):
     return layout, routing, scale
 
 
-def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=()):
+def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), loops=("default",)):
     """Per sequence, tiling (``rowmajor``, ``auto`` or ``bt:bh:bw``) and density: the whole call
     with and without the pooled term, the engine fed the same mask (the "lists" baseline), the
-    routing alone, memory, and fidelity against cuDNN on these random inputs."""
+    routing alone, memory, and fidelity against cuDNN on these random inputs; once per block
+    loop of ``loops`` (``LOOPS``)."""
     for L in seqs:
         grid = SOL_SHAPES.get(L)
         q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L)
@@ -163,9 +171,10 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=()):
                 g, tile = None, None
             else:
                 g, tile = grid, (None if tiling == "auto" else tuple(int(x) for x in tiling.split(":")))
-            for rho in densities:
+            for rho, loop in itertools.product(densities, loops):
+                cfg = LOOPS[loop]
                 beta = kernels.beta_for_density(rho)
-                kw = dict(beta=beta, grid=g, tile=tile)
+                kw = dict(beta=beta, grid=g, tile=tile, config=cfg)
                 t0 = time.perf_counter()
                 out, st = kernels.sol_attention(q, k, v, return_stats=True, **kw)
                 torch.cuda.synchronize()
@@ -177,19 +186,19 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=()):
                 layout, routing, scale = sol_pieces(q, k, v, beta, g, tile)
                 mask, pooled = routing()
                 t_route = bench_ms(routing, rep_ms)
-                t_lists = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale), rep_ms)
-                t_lists_pooled = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled),
+                t_lists = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale, config=cfg), rep_ms)
+                t_lists_pooled = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=cfg),
                                           rep_ms)
                 pool_variants = {}  # the pooled term in other step sizes (LaunchConfig.pool_chunk)
                 for chunk in pool_chunks:
-                    cfg = dataclasses.replace(ARCHITECTURES[(9, 0)], pool_chunk=chunk)
+                    chunk_cfg = dataclasses.replace(cfg or ARCHITECTURES[(9, 0)], pool_chunk=chunk)
                     pool_variants[str(chunk)] = bench_ms(
-                        lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=cfg), rep_ms)
+                        lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=chunk_cfg), rep_ms)
                 plain_out = kernels.sol_attention(q, k, v, correction=False, **kw)
                 mask = pooled = None  # free the scratch before the next row
                 n_keep = max(64, int(round(density * L)))
                 t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
-                row = dict(L=L, grid=g, tile=list(layout.tile), tiling=tiling, blocks=layout.n_blocks,
+                row = dict(L=L, grid=g, tile=list(layout.tile), tiling=tiling, loop=loop, blocks=layout.n_blocks,
                            padding=layout.n_slots / L - 1, heads=H, head_dim=D, target_density=rho, beta=beta,
                            density=density, cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,
                            sol_without_correction_ms=t_plain, speedup_without_correction=t_dense / t_plain,
@@ -204,7 +213,7 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=()):
                            memory_over_dense=(mem_sol - mem_dense) / mem_dense)
                 results["sol"].append(row)
                 save(results)
-                print(f"  {tiling} tile={row['tile']} ρ={rho:.2f} density={density:.3f} sol {t_sol:.2f} ms "
+                print(f"  {loop} {tiling} tile={row['tile']} ρ={rho:.2f} density={density:.3f} sol {t_sol:.2f} ms "
                       f"({t_dense / t_sol:.2f}x) no-corr {t_plain:.2f} lists {t_lists:.2f} (+pooled {t_lists_pooled:.2f}) "
                       f"routing {t_route:.2f} overhead {100 * row['routing_and_correction_overhead']:.1f}% "
                       f"ideal {t_dense / t_ideal:.2f}x rel_l2 {row['rel_l2_vs_dense']:.3f} "
@@ -309,7 +318,7 @@ def flex_psa_block_mask(grid, params, tile, L):
     return flex_block_mask(m, L, block=128)
 
 
-def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
+def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default",)):
     from kernels.layout import tile_layout
 
     flex = None
@@ -324,9 +333,9 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
         t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
         mem_dense = peak_extra_mb(lambda: cudnn_sdpa(q, k, v))
         print(f"PSA {name} grid={grid} tile={tile} L={L}: cuDNN {t_dense:.2f} ms", flush=True)
-        for rho in densities:
+        for rho, loop in itertools.product(densities, loops):
             params, dens = psa_params_for_density(grid, tile, H, rho)
-            kw = dict(grid=grid, params=params, tile=tile)
+            kw = dict(grid=grid, params=params, tile=tile, config=LOOPS[loop])
             t0 = time.perf_counter()
             kernels.psa_attention(q, k, v, **kw)
             torch.cuda.synchronize()
@@ -335,11 +344,11 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
             mem = peak_extra_mb(lambda: kernels.psa_attention(q, k, v, **kw))
             n_keep = max(64, int(round(dens * L)))
             t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
-            row = dict(shape=name, grid=grid, tile=tile, L=L, heads=H, head_dim=D, target_density=rho,
+            row = dict(shape=name, loop=loop, grid=grid, tile=tile, L=L, heads=H, head_dim=D, target_density=rho,
                        density=dens, cudnn_ms=t_dense, psa_ms=t_psa, speedup=t_dense / t_psa,
                        ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal, share_of_ideal=t_ideal / t_psa,
                        first_call_s=first_call_s, peak_extra_mb_psa=mem, peak_extra_mb_cudnn=mem_dense)
-            if flex is not None:
+            if flex is not None and loop == loops[0]:
                 try:
                     lay = tile_layout(grid, tile, device="cuda")
                     qb, kb, vb = (lay.to_blocks(x, dim=1).transpose(1, 2) for x in (q, k, v))
@@ -352,13 +361,13 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on):
                     row["flex_error"] = f"{type(exc).__name__}: {exc}"[:300]
             results["psa"].append(row)
             save(results)
-            print(f"  ρ={rho:.2f} density={dens:.3f} psa {t_psa:.2f} ms ({t_dense / t_psa:.2f}x, "
+            print(f"  {loop} ρ={rho:.2f} density={dens:.3f} psa {t_psa:.2f} ms ({t_dense / t_psa:.2f}x, "
                   f"{100 * t_ideal / t_psa:.0f}% of ideal {t_dense / t_ideal:.2f}x) "
                   f"flex {row.get('flex_speedup', float('nan')):.2f}x mem +{mem:.0f}MB vs +{mem_dense:.0f}MB "
                   f"first {first_call_s:.1f}s", flush=True)
 
 
-def bench_dense_ceiling(results, H, D, rep_ms):
+def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
     """Per-block efficiency with every block visited (80,640 tokens, 21x48x80, no padding):
     cuDNN; FlexAttention without a mask (Triton's generated dense kernel in this stack); our
     PSA kernel with the full mask; our Sol loop (64-row tiles) fed every block; a plain dense
@@ -380,10 +389,13 @@ def bench_dense_ceiling(results, H, D, rep_ms):
     rows_layout = kernels.block_layout((L, 1, 1), (64, 1, 1), 0, "cuda")
     n = rows_layout.n_blocks
     every_block = mask_from_dense(torch.ones(1, H, n, n, dtype=torch.bool), rows_layout, block_m=64)
-    variants = {
-        "psa_full_mask": lambda: kernels.psa_attention(q, k, v, grid=grid, params=full, tile=tile),
-        "sol_loop_all_blocks": lambda: block_sparse_attention(q, k, v, every_block, scale=scale),
-    }
+    variants = {}
+    for loop in loops:
+        cfg = LOOPS[loop]
+        variants[f"psa_full_mask_{loop}"] = lambda cfg=cfg: kernels.psa_attention(q, k, v, grid=grid, params=full,
+                                                                                   tile=tile, config=cfg)
+        variants[f"sol_loop_all_blocks_{loop}"] = lambda cfg=cfg: block_sparse_attention(q, k, v, every_block,
+                                                                                          scale=scale, config=cfg)
     flex = torch.compile(flex_attention, dynamic=False)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     variants["flex_no_mask"] = lambda: flex(qt, kt, vt).transpose(1, 2)
@@ -427,6 +439,8 @@ def main():
     ap.add_argument("--pool-chunks", default="", help="also time Sol's pooled term with these chunks, e.g. 128")
     ap.add_argument("--archs", default="", help="architecture configurations to force and time, e.g. 8.0,8.6,9.0")
     ap.add_argument("--ceiling", action="store_true", help="also time the kernels with every block visited")
+    ap.add_argument("--loops", default="default",
+                    help=f"block loops to time, comma separated: {', '.join(LOOPS)} (default: this GPU's)")
     args = ap.parse_args()
     global OUT_PATH, QKV_LAYOUT
     OUT_PATH, QKV_LAYOUT = args.out, args.layout
@@ -434,6 +448,10 @@ def main():
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    python=platform.python_version(), layout=args.layout, checks=[], sol=[], psa=[], arch_configs=[])
+    loops = [x for x in args.loops.split(",") if x]
+    unknown = sorted(set(loops) - set(LOOPS))
+    if unknown:
+        ap.error(f"--loops: unknown {', '.join(unknown)}; choose from {', '.join(LOOPS)}")
     if not args.skip_checks:
         check_sol(results)
         check_psa(results)
@@ -441,12 +459,12 @@ def main():
         archs = [tuple(int(x) for x in a.split(".")) for a in args.archs.split(",")]
         bench_arch_configs(results, args.heads, args.head_dim, args.rep_ms, archs)
     if args.ceiling:
-        bench_dense_ceiling(results, args.heads, args.head_dim, args.rep_ms)
+        bench_dense_ceiling(results, args.heads, args.head_dim, args.rep_ms, loops)
     bench_sol(results, [int(x) for x in args.sol_seqs.split(",") if x], [float(x) for x in args.densities.split(",")],
               [t for t in args.tilings.split(",") if t], args.heads, args.head_dim, args.rep_ms,
-              [int(x) for x in args.pool_chunks.split(",") if x])
+              [int(x) for x in args.pool_chunks.split(",") if x], loops)
     bench_psa(results, [x for x in args.psa_shapes.split(",") if x], [float(x) for x in args.psa_densities.split(",")],
-              args.heads, args.head_dim, args.rep_ms, not args.no_flex)
+              args.heads, args.head_dim, args.rep_ms, not args.no_flex, loops)
     save(results)
     print("wrote", args.out)
 

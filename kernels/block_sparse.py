@@ -9,6 +9,8 @@ softmax (``tile_loop``):
 2. the listed grid blocks, exactly: TMA boxes on Hopper and later, the pointer loop before;
 3. the listed extra (text) blocks, exactly, through the pointer loop.
 
+On Hopper the same work runs warp-specialised (``hopper_loop``) whenever the call allows it.
+
 The output is written in place, in the caller's token order. Programs run in the mask's work
 order (axis 0) for every batch entry (axis 1). A ``head_base`` lets one call cover a group of
 heads (Sol runs its heads in groups to bound its scratch memory, see ``sol``).
@@ -25,6 +27,7 @@ import triton
 import triton.language as tl
 
 from .block_mask import BlockMask
+from .hopper_loop import ws_block_sparse_attention, ws_supported
 from .launch_config import LaunchConfig, config_for_device
 from .tile_loop import (
     NEG_BIG,
@@ -144,6 +147,10 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
         out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     bt = lay.block_tokens
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None
+    if config.warp_specialized and ws_supported(q, k, v, mask, sub_frames):
+        with device_guard(q):
+            return ws_block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base,
+                                             pooled=pooled, sub_frames=sub_frames)
     descs = grid_descriptors((k, v), lay.grid, (sub_frames, lay.tile[1], lay.tile[2])) if sub_frames else None
     k_desc, v_desc = descs[0] if descs else (k, v)
     if block_n is None:

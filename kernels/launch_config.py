@@ -28,7 +28,9 @@ __all__ = ["LaunchConfig", "config_for_capability", "config_for_device", "ARCHIT
 class LaunchConfig:
     """How the engine kernel is launched on one architecture.
 
-    ``tma``: grid blocks through TMA boxes (else the pointer loop); ``num_stages``:
+    ``tma``: grid blocks through TMA boxes (else the pointer loop); ``warp_specialized``: the
+    Hopper loop of ``hopper_loop`` (a TMA producer warp, two consumer warpgroups) wherever a
+    call allows it; ``num_stages``:
     software-pipelining depth of the key loop; ``sol_warps``/``psa_warps``: warps per program
     (Sol: 64-row query tiles, PSA: up to 128-row tiles); ``psa_block_n``: PSA key rows per
     inner step of the pointer loop; ``pool_chunk``: pooled blocks per step of Sol's pooled
@@ -44,10 +46,12 @@ class LaunchConfig:
     psa_block_n: int
     reason: str
     pool_chunk: int = 64
+    warp_specialized: bool = False
 
     def describe(self) -> str:
+        loop = "warp-specialised TMA loop" if self.warp_specialized else "TMA boxes" if self.tma else "pointer loop"
         return (f"{self.name} (sm_{self.capability[0]}{self.capability[1]}): "
-                f"{'TMA boxes' if self.tma else 'pointer loop'}, {self.num_stages} stages, "
+                f"{loop}, {self.num_stages} stages, "
                 f"Sol {self.sol_warps} warps, PSA {self.psa_warps} warps / {self.psa_block_n}-row key steps; "
                 f"{self.reason}")
 
@@ -63,7 +67,9 @@ ARCHITECTURES = {
     (8, 9): LaunchConfig("RTX 40", (8, 9), tma=False, num_stages=2, sol_warps=4, psa_warps=8, psa_block_n=64,
                          reason="no TMA before Hopper; 99 KB of shared memory: 2 stages, 64-row PSA key steps"),
     (9, 0): LaunchConfig("H100/H200", (9, 0), tma=True, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
-                         reason="TMA boxes; 227 KB of shared memory hold 3 stages (measured best on the H200)"),
+                         warp_specialized=True,
+                         reason="warp-specialised TMA loop (hopper_loop); else TMA boxes, 227 KB of shared memory "
+                                "hold 3 stages (measured best on the H200)"),
     (10, 0): LaunchConfig("B200", (10, 0), tma=True, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
                           reason="TMA boxes; 227 KB of shared memory as on Hopper"),
     (12, 0): LaunchConfig("RTX 50", (12, 0), tma=False, num_stages=2, sol_warps=4, psa_warps=8, psa_block_n=64,
@@ -97,7 +103,8 @@ def _logged_config(capability) -> LaunchConfig:
 
 def config_for_device(device) -> LaunchConfig:
     """The configuration of a CUDA device (logged once per architecture). Under Triton's CPU
-    interpreter: the Hopper row with its TMA boxes (the interpreter runs them too)."""
+    interpreter: the Hopper row with its TMA boxes (the interpreter runs them too, but not the
+    warp-specialised Gluon loop: ``hopper_loop.ws_supported`` says no there)."""
     from ._checks import triton_interpreting
 
     device = torch.device(device)

@@ -187,39 +187,46 @@ def tma_box_origin(b, h, num_heads, HEAD_DIM: tl.constexpr, HEADS_IN_COLUMNS: tl
     return b * num_heads + h, 0
 
 
-def grid_descriptors(tensors, grid, sub_tile):
-    """5D TMA descriptors viewing the first T·H·W tokens of (B, L, heads, D) tensors as a grid.
+def tma_views(x: torch.Tensor, grid):
+    """How TMA sees a (B, L, heads, D) tensor: (grid view, sequence view, heads_in_columns), each
+    view a (shape, strides) pair, or None when its memory layout does not allow it.
 
-    Returns (descriptors, heads_in_columns per tensor) or None when the memory layout of any
-    tensor does not allow it (then the pointer loop runs). Two layouts qualify, each tensor on
-    its own: heads and head dim contiguous
-    ((B, L, heads·D) as Wan and LTX hand it over): view (B, T, H, W, heads·D), coordinates
-    (b, …, h·D); or heads first ((B, heads, L, D) as HunyuanVideo): view (B·heads, T, H, W, D),
-    coordinates (b·heads + h, …, 0). ``sub_tile`` = (frames, H, W) of one box.
+    Two layouts qualify: heads and head dim contiguous ((B, L, heads·D) as Wan and LTX hand it
+    over): grid (B, T, H, W, heads·D), sequence (B, L, heads·D), coordinates (b, …, h·D); or
+    heads first ((B, heads, L, D) as HunyuanVideo): grid (B·heads, T, H, W, D), sequence
+    (B·heads, L, D), coordinates (b·heads + h, …, 0). The grid view covers the first T·H·W
+    tokens.
     """
+    T, H, W = grid
+    B, L, nh, D = x.shape
+    sb, sl, sh, sd = x.stride()
+    if sd != 1 or x.data_ptr() % 16 or (sl * x.element_size()) % 16:
+        return None
+    if sh == D:
+        views = ([B, T, H, W, nh * D], [sb, H * W * sl, W * sl, sl, 1]), ([B, L, nh * D], [sb, sl, 1])
+        heads_in_columns = True
+    elif sl == D and sb == nh * sh:
+        views = ([B * nh, T, H, W, D], [sh, H * W * sl, W * sl, sl, 1]), ([B * nh, L, D], [sh, sl, 1])
+        heads_in_columns = False
+    else:
+        return None
+    if any((st * x.element_size()) % 16 for view in views for st in view[1][:-1]):
+        return None
+    return views[0], views[1], heads_in_columns
+
+
+def grid_descriptors(tensors, grid, sub_tile):
+    """5D TMA descriptors (``tma_views``' grid view) of (B, L, heads, D) tensors, boxes of
+    ``sub_tile`` = (frames, H, W): (descriptors, heads_in_columns per tensor), or None when the
+    memory layout of any tensor does not allow it (then the pointer loop runs)."""
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    T, H, W = grid
-    descs, heads_in_columns = [], []
-    for x in tensors:
-        B, L, nh, D = x.shape
-        sb, sl, sh, sd = x.stride()
-        if sd != 1 or x.data_ptr() % 16 or (sl * x.element_size()) % 16:
-            return None
-        if sh == D:
-            shape = [B, T, H, W, nh * D]
-            strides = [sb, H * W * sl, W * sl, sl, 1]
-            heads_in_columns.append(True)
-        elif sl == D and sb == nh * sh:
-            shape = [B * nh, T, H, W, D]
-            strides = [sh, H * W * sl, W * sl, sl, 1]
-            heads_in_columns.append(False)
-        else:
-            return None
-        if any((st * x.element_size()) % 16 for st in strides[:-1]):
-            return None
-        descs.append(TensorDescriptor(x, shape=shape, strides=strides, block_shape=[1, *sub_tile, D]))
-    return descs, heads_in_columns
+    views = [tma_views(x, grid) for x in tensors]
+    if any(view is None for view in views):
+        return None
+    descs = [TensorDescriptor(x, shape=shape, strides=strides, block_shape=[1, *sub_tile, x.shape[3]])
+             for x, ((shape, strides), _, _) in zip(tensors, views)]
+    return descs, [view[2] for view in views]
 
 
 def tma_sub_frames(tile, max_rows: int = 128):

@@ -35,12 +35,15 @@ def check_table(table):
     rows = table["rows"]
     assert {r["arch"] for r in rows} == set(ARCHS)
     assert all(r["fits"] and r["shared"] <= r["limit"] for r in rows), [r for r in rows if not r.get("fits")]
-    engine = [r for r in rows if r["kernel"] == "_block_sparse_kernel"]
-    # TMA boxes exactly where the copy engine exists and the configuration takes them.
+    engine = [r for r in rows if r["kernel"] in ("_block_sparse_kernel", "_ws_block_sparse_kernel")]
+    # TMA boxes exactly where the copy engine exists and the configuration takes them; the
+    # warp-specialised loop on Hopper only, for every case it takes (30-token tiles make no box).
     assert {r["arch"] for r in engine if r["tma"]} == {"sm_90", "sm_100"}
+    assert {r["arch"] for r in engine if r["warp_specialized"]} == {"sm_90"}
+    assert {r["case"] for r in engine if r["arch"] == "sm_90" and not r["warp_specialized"]} == {"psa 30-token tiles"}
     # HunyuanVideo's single blocks (k heads first, v a view of qkv) still take the TMA path there.
-    single = [r for r in engine if "single block" in r["case"] and r["arch"] == "sm_90"]
-    assert single and all(r["tma"] for r in single)
+    single = [r for r in engine if "single block" in r["case"] and r["arch"] in ("sm_90", "sm_100")]
+    assert len(single) == 2 and all(r["tma"] for r in single)
     assert all(r["registers"] for r in rows)
 
 

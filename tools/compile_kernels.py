@@ -37,10 +37,12 @@ import triton  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 from triton._C.libtriton import native_specialize_impl  # noqa: E402
 from triton.backends.compiler import BaseBackend, GPUTarget  # noqa: E402
+from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 
 import kernels  # noqa: E402
 import kernels._checks as checks  # noqa: E402
 import kernels.block_sparse as block_sparse  # noqa: E402
+import kernels.hopper_loop as hopper_loop  # noqa: E402
 import kernels.sol_router as sol_router  # noqa: E402
 from kernels.launch_config import ARCHITECTURES  # noqa: E402
 
@@ -84,8 +86,11 @@ def compile_call(fn, args, kw, capability: int = 90):
         elif isinstance(key, str):
             attrs[(i,)] = BaseBackend.parse_attr(key)
     options = {"num_warps": kw.get("num_warps", 4), "num_stages": kw.get("num_stages", 3)}
+    if "maxnreg" in kw:
+        options["maxnreg"] = kw["maxnreg"]
     target = GPUTarget("cuda", capability, 32)
-    return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
+    source = GluonASTSource if getattr(fn, "is_gluon", lambda: False)() else ASTSource
+    return triton.compile(source(fn, signature, constexprs, attrs), target=target, options=options)
 
 
 def resource_usage(cubin: bytes) -> dict:
@@ -134,7 +139,8 @@ SOL_CASES = [
 ]
 
 
-KERNELS = ((block_sparse, "_block_sparse_kernel"), (sol_router, "_pool_kernel"), (sol_router, "_route_kernel"))
+KERNELS = ((block_sparse, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
+           (sol_router, "_pool_kernel"), (sol_router, "_route_kernel"))
 
 
 def capture_launches(config):
@@ -194,15 +200,16 @@ def main(argv=None) -> int:
             if key in seen:
                 continue
             seen.add(key)
+            ws = kernel == "_ws_block_sparse_kernel"
             row = {"arch": f"sm_{cap}", "triton": triton.__version__, "case": case, "kernel": kernel,
-                   "tma": bool(kw.get("TMA", False)), "num_warps": kw.get("num_warps", 4),
+                   "tma": ws or bool(kw.get("TMA", False)), "warp_specialized": ws, "num_warps": kw.get("num_warps", 4),
                    "num_stages": kw.get("num_stages", 3), "limit": limit}
             try:
                 compiled = compile_call(launch.fn, cargs, kw, cap)
                 row.update(shared=compiled.metadata.shared, **resource_usage(compiled.asm["cubin"]))
                 row["fits"] = row["shared"] <= limit
                 failures += not row["fits"]
-                print(f"{'ok  ' if row['fits'] else 'FAIL'} sm_{cap} {kernel:<21} {case}: TMA={row['tma']} "
+                print(f"{'ok  ' if row['fits'] else 'FAIL'} sm_{cap} {kernel:<21} {case}: TMA={row['tma']} WS={ws} "
                       f"shared {row['shared']} of {limit} bytes, {row['registers']} registers, "
                       f"stack {row['stack_bytes']} bytes", flush=True)
             except Exception:  # report every case, fail at the end

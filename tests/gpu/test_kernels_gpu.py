@@ -156,3 +156,48 @@ def test_sol_call_never_synchronises_and_replays_in_a_cuda_graph():
     torch.cuda.synchronize()
     torch.testing.assert_close(captured, kernels.sol_attention(*fresh, beta=1.04, grid=grid))
     assert not torch.equal(captured, eager)
+
+
+WS_CASES = [
+    # method, B, L, grid, tile, extra, H, D, dtype, layout
+    ("psa", 1, 21 * 45 * 80, (21, 45, 80), (3, 8, 16), 0, 2, 128, torch.bfloat16, "blhd"),      # Wan 720p, padded
+    ("psa", 1, 33 * 45 * 80 + 256, (33, 45, 80), (3, 8, 16), 256, 2, 128, torch.bfloat16, "single_block"),
+    ("psa", 2, 31 * 45 * 78 + 77, (31, 45, 78), (6, 8, 8), 77, 3, 64, torch.float16, "heads_first"),
+    ("sol", 1, 21 * 45 * 80, (21, 45, 80), None, 0, 3, 128, torch.bfloat16, "blhd"),            # odd work count
+    ("sol", 2, 9 * 45 * 80 + 256, (9, 45, 80), None, 256, 2, 128, torch.bfloat16, "single_block"),
+    ("sol", 1, 32768 + 5, None, None, 0, 2, 64, torch.float16, "heads_first"),                 # row-major
+]
+
+
+@pytest.mark.parametrize("method,B,L,grid,tile,extra,H,D,dtype,layout", WS_CASES)
+def test_warp_specialised_loop_matches_the_portable_loop(monkeypatch, method, B, L, grid, tile, extra, H, D, dtype,
+                                                         layout):
+    """The Hopper loop (hopper_loop) against the portable kernel on the same inputs and mask:
+    every row written (outputs poisoned), equal up to accumulation order, and it did run."""
+    import dataclasses
+
+    import kernels.block_sparse as block_sparse
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the warp-specialised loop is built for sm_90")
+    ws = ARCHITECTURES[(9, 0)]
+    portable = dataclasses.replace(ws, warp_specialized=False)
+    runs = []
+    real = block_sparse.ws_block_sparse_attention
+    monkeypatch.setattr(block_sparse, "ws_block_sparse_attention", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    g = torch.Generator(device="cuda").manual_seed(L + B)
+    q, k, v = in_layout(*(torch.randn(B, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3)), layout)
+    if method == "psa":
+        params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 3, 2, 0, 10], [1, 0, 0, 2, 0, 0]][:H])
+        kw = dict(grid=grid, params=params, tile=tile, extra_tokens=extra)
+        run = kernels.psa_attention
+    else:
+        kw = dict(beta=1.04, grid=grid)
+        run = kernels.sol_attention
+    poison(q.numel() * q.element_size())
+    out_ws = run(q, k, v, config=ws, **kw)
+    assert runs, "the warp-specialised loop did not run"
+    poison(q.numel() * q.element_size())
+    out_portable = run(q, k, v, config=portable, **kw)
+    assert torch.isfinite(out_ws).all()
+    assert rel_err(out_ws, out_portable) < 5e-3

@@ -1,0 +1,445 @@
+"""The engine's block loop for Hopper (sm_90), warp-specialised, in Gluon.
+
+The portable engine (``block_sparse._block_sparse_kernel``) runs one query tile per program
+with every warp doing everything: issue the copies, wait for them, the two MMAs and the
+softmax in turn. Here a program splits that work (FlashAttention-3's layout):
+
+- one **producer** warp per key ring issues the TMA copies of K and V into a ring of
+  ``STAGES`` shared-memory slots and moves on as soon as a slot is released;
+- two **consumer** warpgroups of 64 query rows each wait on a slot, run QKᵀ, the online
+  softmax and PV, and release the slot. While one warpgroup is in its softmax the other's
+  MMAs keep the tensor cores busy: the warp scheduler interleaves them.
+
+Two ways to feed the consumers, chosen by the mask's query tile (``SHARED_LIST``):
+
+- 128-row tiles (PSA): both warpgroups take the halves of one tile and read one ring: every
+  K/V tile in shared memory serves 128 query rows;
+- 64-row tiles (Sol-Attn's 64-token blocks): each warpgroup runs its own work item with its
+  own key list and its own ring and producer.
+
+Each consumer folds, in one online softmax and in this order: Sol's pooled term (chunks of
+``BLOCK_N`` pooled blocks, the routed ones masked out by the bitmap), the listed grid blocks
+(boxes of a 5D descriptor over the token grid; rows outside the grid's padding get -inf),
+the listed extra (text) blocks (boxes of a 3D descriptor over the sequence, rows past the
+block's length get -inf). The semantics are ``block_sparse``'s; the float references are the
+same. Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``); B200 needs
+tcgen05 MMAs and keeps the portable kernel.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+__all__ = ["ROWS", "ws_block_sparse_attention", "ws_supported"]
+
+ROWS = 64  # query rows of one consumer warpgroup: the M of a Hopper warpgroup MMA
+NEG_BIG = gl.constexpr(-1.0e30)  # finite stand-in for -inf in the running max (see tile_loop)
+PRODUCER_REGS = gl.constexpr(24)  # a producer holds scalars only; the minimum setmaxnreg allows
+CONSUMER_REGS = gl.constexpr(240)  # two accumulators (64×D and 64×BLOCK_N fp32) and the softmax
+KERNEL_MAXNREG = 168  # 12 warps (3 warpgroups) × 168 registers fill the 64K register file
+
+
+@gluon.jit
+def _work_item(WORK, COUNTS, pid, b, c: gl.constexpr, n_work, tiles_per_block, num_blocks, head_base,
+               list_batch_stride, SHARED_LIST: gl.constexpr):
+    """The work item of consumer ``c`` of program ``pid``: (head, query block, first query row
+    in the block, list row, grid count, extra count); counts are 0 past the end of the work."""
+    if SHARED_LIST:
+        index = pid
+        row0 = c * 64
+    else:
+        index = pid * 2 + c
+        row0 = 0
+    live = index < n_work
+    work = gl.load(WORK + gl.minimum(index, n_work - 1))
+    hq = work // tiles_per_block
+    q_tile = work % tiles_per_block
+    list_row = b.to(gl.int64) * list_batch_stride + hq
+    n_grid = gl.where(live, gl.load(COUNTS + list_row * 2), 0)
+    n_extra = gl.where(live, gl.load(COUNTS + list_row * 2 + 1), 0)
+    h = head_base + hq // num_blocks
+    first_row = q_tile * (64 * (2 if SHARED_LIST else 1)) + row0
+    return h, hq, hq % num_blocks, first_row, list_row, n_grid, n_extra, live
+
+
+@gluon.jit
+def _produce_into(desc, coord, ring, slot, bar):
+    """One TMA box of ``desc`` at ``coord`` into ring slot ``slot``, completing on ``bar``."""
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    dst = ring.index(slot)._reinterpret(desc.dtype, desc.block_type.shape, desc.layout)
+    tma.async_copy_global_to_shared(desc, coord, bar, dst)
+
+
+@gluon.jit
+def _producer(descs, bufs, pointers, geometry, c: gl.constexpr,
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
+              TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
+              GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
+              SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
+              POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr):
+    """Issue every K/V box consumer ``c``'s work item reads, in the order it reads them."""
+    K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL = descs
+    k_ring, v_ring, k_ready, v_ready, empty, q_bufs = bufs
+    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O = pointers
+    (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
+     num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
+     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh) = geometry
+    pid = gl.program_id(0)
+    b = gl.program_id(1)
+    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(
+        WORK, COUNTS, pid, b, c, n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, SHARED_LIST)
+    base = 0 if SHARED_LIST else c * STAGES
+    ids = IDS + list_row * list_stride
+    if K_HEADS_IN_COLUMNS:
+        k_b = b
+        k_col = h * HEAD_DIM
+    else:
+        k_b = b * num_heads + h
+        k_col = 0
+    if V_HEADS_IN_COLUMNS:
+        v_b = b
+        v_col = h * HEAD_DIM
+    else:
+        v_b = b * num_heads + h
+        v_col = 0
+    i = 0
+    if POOLED:
+        pool_row = b * group_heads + hq // num_blocks
+        n_pool = gl.where(live, gl.cdiv(num_blocks, BLOCK_N), 0)
+        for chunk in range(n_pool):
+            slot = base + i % STAGES
+            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+            _produce_into(K_POOL, [pool_row, chunk * BLOCK_N, 0], k_ring, slot, k_ready.index(slot))
+            _produce_into(V_POOL, [pool_row, chunk * BLOCK_N, 0], v_ring, slot, v_ready.index(slot))
+            i += 1
+    SUB: gl.constexpr = TILE_T // SUB_T
+    n_steps = n_grid * SUB
+    blk_next = gl.load(ids, mask=n_steps > 0, other=0).to(gl.int32)
+    for t in range(n_steps):
+        blk = blk_next
+        blk_next = gl.load(ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0).to(gl.int32)
+        t0 = (blk // GRID_HW) * TILE_T + (t % SUB) * SUB_T
+        h0 = ((blk % GRID_HW) // GRID_W) * TILE_H
+        w0 = (blk % GRID_W) * TILE_W
+        slot = base + i % STAGES
+        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        _produce_into(K_GRID, [k_b, t0, h0, w0, k_col], k_ring, slot, k_ready.index(slot))
+        _produce_into(V_GRID, [v_b, t0, h0, w0, v_col], v_ring, slot, v_ready.index(slot))
+        i += 1
+    XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    if HAS_EXTRA:
+        for t in range(n_extra * XSUB):
+            blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
+            row = n_grid_tokens + (blk - n_grid_blocks) * BLOCK_TOKENS + (t % XSUB) * BLOCK_N
+            slot = base + i % STAGES
+            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+            _produce_into(K_SEQ, [k_b, row, k_col], k_ring, slot, k_ready.index(slot))
+            _produce_into(V_SEQ, [v_b, row, v_col], v_ring, slot, v_ready.index(slot))
+            i += 1
+
+
+@gluon.jit
+def _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty, slot, phase, bias, qk_scale_log2,
+            s_layout: gl.constexpr, p_layout: gl.constexpr, acc_layout: gl.constexpr,
+            ROWS_: gl.constexpr, BLOCK_N: gl.constexpr):
+    """One key tile of the online softmax: scores against ring slot ``slot`` plus ``bias``."""
+    k_buf = k_ring.index(slot)
+    v_buf = v_ring.index(slot)
+    mbarrier.wait(k_ready.index(slot), phase)
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS_, BLOCK_N], gl.float32, s_layout),
+                      use_acc=False, is_async=True)
+    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
+    s = s * qk_scale_log2 + bias[None, :]
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
+    p_op = gl.convert_layout(p.to(v_buf.dtype), p_layout)
+    mbarrier.wait(v_ready.index(slot), phase)
+    acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
+    acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
+    mbarrier.arrive(empty.index(slot), count=1)
+    return acc, m_new, l_i
+
+
+@gluon.jit
+def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
+              TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
+              GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
+              SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
+              POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr):
+    """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
+    k_ring, v_ring, k_ready, v_ready, empty, q_bufs = bufs
+    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O = pointers
+    (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
+     num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
+     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh) = geometry
+    pid = gl.program_id(0)
+    b = gl.program_id(1)
+    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(
+        WORK, COUNTS, pid, b, c, n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, SHARED_LIST)
+    base = 0 if SHARED_LIST else c * STAGES
+
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    load_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+
+    # The query rows, through the slot map (-1: padding, read as zeros and never stored).
+    local = first_row + gl.arange(0, 64, layout=gl.SliceLayout(1, load_layout))
+    slots = gl.load(ROW_MAP + qblk * BLOCK_TOKENS + local, mask=live & (local < BLOCK_TOKENS), other=-1)
+    rows_ok = slots >= 0
+    rows = gl.maximum(slots, 0).to(gl.int64)
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, load_layout))
+    q_base = Q + b.to(gl.int64) * stride_qb + h.to(gl.int64) * stride_qh
+    q = gl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=rows_ok[:, None], other=0.0)
+    q_nan = gl.max((q != q).to(gl.int32), 1) > 0
+    q_smem = q_bufs.index(c)
+    q_smem.store(q)
+    fence_async_shared()
+
+    acc = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
+    m_i = gl.full([64], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, s_layout))
+    ids = IDS + list_row * list_stride
+    offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
+    i = 0
+    if POOLED:
+        # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
+        bits = ROUTED_BITS + list_row * bits_stride
+        n_pool = gl.where(live, gl.cdiv(num_blocks, BLOCK_N), 0)
+        for chunk in range(n_pool):
+            cols = chunk * BLOCK_N + offs_n
+            col_ok = cols < num_blocks
+            words = gl.load(bits + cols // 64, mask=col_ok, other=0)
+            routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
+            bias = gl.load(LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
+                                    base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
+                                    s_layout, p_layout, acc_layout, 64, BLOCK_N)
+            i += 1
+    SUB: gl.constexpr = TILE_T // SUB_T
+    box_t = offs_n // (TILE_H * TILE_W)
+    box_h = (offs_n // TILE_W) % TILE_H
+    box_w = offs_n % TILE_W
+    zero_bias = gl.zeros([BLOCK_N], gl.float32, col_layout)
+    for t in range(n_grid * SUB):
+        if GRID_PADDED:
+            blk = gl.load(ids + t // SUB).to(gl.int32)
+            t0 = (blk // GRID_HW) * TILE_T + (t % SUB) * SUB_T
+            inside = ((t0 + box_t < tokens_t) & (((blk % GRID_HW) // GRID_W) * TILE_H + box_h < tokens_h)
+                      & ((blk % GRID_W) * TILE_W + box_w < tokens_w))
+            bias = gl.where(inside, 0.0, float("-inf"))
+        else:
+            bias = zero_bias
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
+                                base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
+                                s_layout, p_layout, acc_layout, 64, BLOCK_N)
+        i += 1
+    XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    if HAS_EXTRA:
+        for t in range(n_extra * XSUB):
+            blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
+            length = gl.load(LENGTHS + blk)
+            bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
+                                    base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
+                                    s_layout, p_layout, acc_layout, 64, BLOCK_N)
+            i += 1
+
+    # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out.
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    l_acc = gl.convert_layout(l_i, row_layout)
+    empty_row = l_acc == 0
+    out = acc / gl.where(empty_row, 1.0, l_acc)[:, None]
+    nan_row = empty_row & gl.convert_layout(q_nan, row_layout)
+    out = gl.where(nan_row[:, None], float("nan"), out)
+    out_rows = gl.convert_layout(rows, row_layout)
+    out_ok = gl.convert_layout(rows_ok, row_layout)
+    out_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    o_base = O + b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
+    gl.store(o_base + out_rows[:, None] * stride_on + out_d[None, :], out.to(O.dtype.element_ty),
+             mask=out_ok[:, None])
+
+
+@gluon.jit
+def _ws_block_sparse_kernel(
+    Q, O, K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL,
+    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS,
+    stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
+    n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
+    num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
+    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
+    TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
+    GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
+    SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
+    POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr,
+):
+    dtype: gl.constexpr = K_GRID.dtype
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, HEAD_DIM], dtype)
+    ring_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    RINGS: gl.constexpr = 1 if SHARED_LIST else 2
+    q_bufs = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], q_layout)
+    k_ring = gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout)
+    v_ring = gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout)
+    k_ready = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(RINGS * STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(v_ready.index(s), count=1)
+        # A shared slot is free again once both consumers are done with it.
+        mbarrier.init(empty.index(s), count=3 - RINGS)
+
+    descs = (K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL)
+    bufs = (k_ring, v_ring, k_ready, v_ready, empty, q_bufs)
+    pointers = (WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O)
+    geometry = (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
+                num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
+                stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh)
+    # The argument tuples are written out in the call: a tuple bound to a name first turns
+    # its constexprs into run-time values (Triton 3.6).
+    if SHARED_LIST:
+        gl.warp_specialize([
+            (_consumer, (descs, bufs, pointers, geometry, 0, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
+                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
+                         POOLED, HAS_EXTRA, GRID_PADDED)),
+            (_consumer, (descs, bufs, pointers, geometry, 1, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
+                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
+                         POOLED, HAS_EXTRA, GRID_PADDED)),
+            (_producer, (descs, bufs, pointers, geometry, 0, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
+                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
+                         POOLED, HAS_EXTRA)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (descs, bufs, pointers, geometry, 0, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
+                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
+                         POOLED, HAS_EXTRA, GRID_PADDED)),
+            (_consumer, (descs, bufs, pointers, geometry, 1, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
+                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
+                         POOLED, HAS_EXTRA, GRID_PADDED)),
+            (_producer, (descs, bufs, pointers, geometry, 0, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
+                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
+                         POOLED, HAS_EXTRA)),
+            (_producer, (descs, bufs, pointers, geometry, 1, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
+                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
+                         POOLED, HAS_EXTRA)),
+        ], [4, 1, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
+
+
+# Shared memory a launch may fill (of the 227 KB a block may ask for on sm_90), leaving room
+# for the barriers and the compiler's scratch.
+SHARED_MEMORY_BUDGET = 232448 - 2048
+MAX_STAGES = 4
+
+
+def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int) -> int:
+    """Slots per key ring: as many as fit beside the two 64-row query tiles, 2 to 4."""
+    rings = 1 if block_m == 128 else 2
+    slot = 2 * block_n * head_dim * element_size  # a K and a V tile
+    free = SHARED_MEMORY_BUDGET - 2 * ROWS * head_dim * element_size
+    return max(0, min(MAX_STAGES, free // (rings * slot)))
+
+
+def ws_supported(q, k, v, mask, sub_frames) -> bool:
+    """Whether this call can run the warp-specialised loop (else the portable kernel runs):
+    fp16/bf16, D 64 or 128, 64- or 128-row query tiles, TMA boxes of 64 or 128 rows whose
+    ring fits at least 2 slots, and TMA views of K and V. Never under Triton's interpreter,
+    which does not run Gluon."""
+    from ._checks import triton_interpreting
+
+    lay = mask.layout
+    if triton_interpreting():
+        return False
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in (64, 128):
+        return False
+    if mask.block_m not in (64, 128) or sub_frames is None:
+        return False
+    block_n = sub_frames * lay.tile[1] * lay.tile[2]
+    if block_n not in (64, 128) or ring_stages(mask.block_m, block_n, q.shape[3], q.element_size()) < 2:
+        return False
+    from .tile_loop import tma_views
+
+    return all(tma_views(x, lay.grid) is not None for x in (k, v))
+
+
+def _descriptors(x, lay, sub_frames, block_n):
+    """Gluon TMA descriptors of one tensor: (grid, sequence), heads_in_columns."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+    from .tile_loop import tma_views
+
+    (grid_shape, grid_strides), (seq_shape, seq_strides), heads_in_columns = tma_views(x, lay.grid)
+    dtype = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
+    D = x.shape[3]
+    grid_box = [1, sub_frames, lay.tile[1], lay.tile[2], D]
+    seq_box = [1, block_n, D]
+    grid_desc = TensorDescriptor(x, grid_shape, grid_strides, grid_box,
+                                 gl.NVMMASharedLayout.get_default_for(grid_box, dtype))
+    seq_desc = TensorDescriptor(x, seq_shape, seq_strides, seq_box, gl.NVMMASharedLayout.get_default_for(seq_box, dtype))
+    return grid_desc, seq_desc, heads_in_columns
+
+
+def _pool_descriptor(means, block_n):
+    """A 3D descriptor (B·heads, NB, D) over Sol's pooled keys or mean values."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    B, Hg, NB, D = means.shape
+    dtype = gl.float16 if means.dtype == torch.float16 else gl.bfloat16
+    box = [1, block_n, D]
+    return TensorDescriptor(means, [B * Hg, NB, D], [NB * D, D, 1], box, gl.NVMMASharedLayout.get_default_for(box, dtype))
+
+
+def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, sub_frames):
+    """``block_sparse.block_sparse_attention`` on Hopper with the warp-specialised loop (the
+    caller checked ``ws_supported``)."""
+    lay = mask.layout
+    B, L, H, D = q.shape
+    block_n = sub_frames * lay.tile[1] * lay.tile[2]
+    k_grid, k_seq, k_cols = _descriptors(k, lay, sub_frames, block_n)
+    v_grid, v_seq, v_cols = _descriptors(v, lay, sub_frames, block_n)
+    if pooled is not None:
+        k_pool, v_pool = _pool_descriptor(pooled.k_mean, block_n), _pool_descriptor(pooled.v_mean, block_n)
+        log2_len, bits = pooled.log2_len, mask.routed_bits
+    else:
+        k_pool, v_pool, log2_len, bits = k_grid, v_grid, lay.lengths, mask.counts
+    shared = mask.block_m == 128
+    n_work = mask.work.shape[0]
+    nT, nH, nW = lay.block_grid
+    _ws_block_sparse_kernel[(triton.cdiv(n_work, 1 if shared else 2), B)](
+        Q=q, O=out, K_GRID=k_grid, V_GRID=v_grid, K_SEQ=k_seq, V_SEQ=v_seq, K_POOL=k_pool, V_POOL=v_pool,
+        WORK=mask.work, COUNTS=mask.counts, IDS=mask.ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
+        LOG2_LEN=log2_len, ROUTED_BITS=bits,
+        stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
+        stride_ob=out.stride(0), stride_on=out.stride(1), stride_oh=out.stride(2),
+        n_work=n_work, tiles_per_block=mask.tiles_per_block, num_blocks=lay.n_blocks, head_base=head_base,
+        list_batch_stride=0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks,
+        list_stride=mask.ids.shape[-1], bits_stride=bits.shape[-1],
+        num_heads=H, group_heads=mask.num_heads, n_grid_blocks=lay.n_grid_blocks,
+        n_grid_tokens=lay.n_grid_tokens, tokens_t=lay.grid[0], tokens_h=lay.grid[1], tokens_w=lay.grid[2],
+        qk_scale_log2=scale * math.log2(math.e),
+        HEAD_DIM=D, BLOCK_N=block_n, BLOCK_TOKENS=lay.block_tokens,
+        TILE_T=lay.tile[0], TILE_H=lay.tile[1], TILE_W=lay.tile[2], SUB_T=sub_frames,
+        GRID_HW=nH * nW, GRID_W=nW,
+        STAGES=ring_stages(mask.block_m, block_n, D, q.element_size()),
+        SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
+        POOLED=pooled is not None, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks, GRID_PADDED=lay.padded,
+        num_warps=4, maxnreg=KERNEL_MAXNREG,
+    )
+    return out
