@@ -26,7 +26,7 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
-from kernels.block_mask import mask_from_dense  # noqa: E402
+from kernels.block_mask import mask_from_dense, row_major_layout  # noqa: E402
 from kernels.block_sparse import block_sparse_attention  # noqa: E402
 from kernels.launch_config import ARCHITECTURES  # noqa: E402
 from kernels.sol_reference import check_sol_call  # noqa: E402
@@ -133,9 +133,10 @@ def flex_block_mask(selection, L, block=64):
 SOL_SHAPES = {75600: (21, 45, 80), 131072: (32, 64, 64)}
 
 # Block loops a benchmark can time side by side on Hopper: "default" is the GPU's own row
-# (launch_config), "ws" the warp-specialised loop (hopper_loop), "tma" the portable kernel
-# with TMA boxes.
+# (launch_config), "ws" the warp-specialised loop (hopper_loop), "ws2" the same with rings of
+# at most 2 slots, "tma" the portable kernel with TMA boxes.
 LOOPS = {"default": None, "ws": ARCHITECTURES[(9, 0)],
+         "ws2": dataclasses.replace(ARCHITECTURES[(9, 0)], num_stages=2),
          "tma": dataclasses.replace(ARCHITECTURES[(9, 0)], warp_specialized=False)}
 
 
@@ -386,7 +387,7 @@ def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
     row = dict(L=L, heads=H, head_dim=D, cudnn_ms=t_dense)
     nT, nH, nW = (g // t for g, t in zip(grid, tile))
     full = torch.tensor([[nT, 0, 0, nH * nW, 0, 0]] * H)
-    rows_layout = kernels.block_layout((L, 1, 1), (64, 1, 1), 0, "cuda")
+    rows_layout = row_major_layout(L, "cuda")
     n = rows_layout.n_blocks
     every_block = mask_from_dense(torch.ones(1, H, n, n, dtype=torch.bool), rows_layout, block_m=64)
     variants = {}

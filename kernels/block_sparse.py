@@ -147,10 +147,10 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
         out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     bt = lay.block_tokens
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None
-    if config.warp_specialized and ws_supported(q, k, v, mask, sub_frames):
+    if config.warp_specialized and ws_supported(q, k, v, mask, sub_frames, config.num_stages):
         with device_guard(q):
             return ws_block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base,
-                                             pooled=pooled, sub_frames=sub_frames)
+                                             pooled=pooled, sub_frames=sub_frames, num_stages=config.num_stages)
     descs = grid_descriptors((k, v), lay.grid, (sub_frames, lay.tile[1], lay.tile[2])) if sub_frames else None
     k_desc, v_desc = descs[0] if descs else (k, v)
     if block_n is None:

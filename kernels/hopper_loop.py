@@ -347,18 +347,18 @@ def _ws_block_sparse_kernel(
 # Shared memory a launch may fill (of the 227 KB a block may ask for on sm_90), leaving room
 # for the barriers and the compiler's scratch.
 SHARED_MEMORY_BUDGET = 232448 - 2048
-MAX_STAGES = 4
 
 
-def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int) -> int:
-    """Slots per key ring: as many as fit beside the two 64-row query tiles, 2 to 4."""
+def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, most: int) -> int:
+    """Slots per key ring: as many as fit beside the two 64-row query tiles, at most ``most``
+    (the configuration's ``num_stages``)."""
     rings = 1 if block_m == 128 else 2
     slot = 2 * block_n * head_dim * element_size  # a K and a V tile
     free = SHARED_MEMORY_BUDGET - 2 * ROWS * head_dim * element_size
-    return max(0, min(MAX_STAGES, free // (rings * slot)))
+    return max(0, min(most, free // (rings * slot)))
 
 
-def ws_supported(q, k, v, mask, sub_frames) -> bool:
+def ws_supported(q, k, v, mask, sub_frames, num_stages: int) -> bool:
     """Whether this call can run the warp-specialised loop (else the portable kernel runs):
     fp16/bf16, D 64 or 128, 64- or 128-row query tiles, TMA boxes of 64 or 128 rows whose
     ring fits at least 2 slots, and TMA views of K and V. Never under Triton's interpreter,
@@ -373,7 +373,7 @@ def ws_supported(q, k, v, mask, sub_frames) -> bool:
     if mask.block_m not in (64, 128) or sub_frames is None:
         return False
     block_n = sub_frames * lay.tile[1] * lay.tile[2]
-    if block_n not in (64, 128) or ring_stages(mask.block_m, block_n, q.shape[3], q.element_size()) < 2:
+    if block_n not in (64, 128) or ring_stages(mask.block_m, block_n, q.shape[3], q.element_size(), num_stages) < 2:
         return False
     from .tile_loop import tma_views
 
@@ -406,7 +406,7 @@ def _pool_descriptor(means, block_n):
     return TensorDescriptor(means, [B * Hg, NB, D], [NB * D, D, 1], box, gl.NVMMASharedLayout.get_default_for(box, dtype))
 
 
-def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, sub_frames):
+def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, sub_frames, num_stages):
     """``block_sparse.block_sparse_attention`` on Hopper with the warp-specialised loop (the
     caller checked ``ws_supported``)."""
     lay = mask.layout
@@ -437,7 +437,7 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
         HEAD_DIM=D, BLOCK_N=block_n, BLOCK_TOKENS=lay.block_tokens,
         TILE_T=lay.tile[0], TILE_H=lay.tile[1], TILE_W=lay.tile[2], SUB_T=sub_frames,
         GRID_HW=nH * nW, GRID_W=nW,
-        STAGES=ring_stages(mask.block_m, block_n, D, q.element_size()),
+        STAGES=ring_stages(mask.block_m, block_n, D, q.element_size(), num_stages),
         SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
         POOLED=pooled is not None, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks, GRID_PADDED=lay.padded,
         num_warps=4, maxnreg=KERNEL_MAXNREG,

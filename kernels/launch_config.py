@@ -30,7 +30,7 @@ class LaunchConfig:
 
     ``tma``: grid blocks through TMA boxes (else the pointer loop); ``warp_specialized``: the
     Hopper loop of ``hopper_loop`` (a TMA producer warp, two consumer warpgroups) wherever a
-    call allows it; ``num_stages``:
+    call allows it; ``num_stages``: the ring's slots there (as many as fit, at most this), else the
     software-pipelining depth of the key loop; ``sol_warps``/``psa_warps``: warps per program
     (Sol: 64-row query tiles, PSA: up to 128-row tiles); ``psa_block_n``: PSA key rows per
     inner step of the pointer loop; ``pool_chunk``: pooled blocks per step of Sol's pooled
