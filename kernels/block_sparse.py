@@ -147,7 +147,7 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
         out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     bt = lay.block_tokens
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None
-    if config.warp_specialized and ws_supported(q, k, v, mask, sub_frames, config.num_stages):
+    if config.warp_specialized and ws_supported(q, k, v, mask, sub_frames, config.num_stages, pooled is not None):
         with device_guard(q):
             return ws_block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base,
                                              pooled=pooled, sub_frames=sub_frames, num_stages=config.num_stages)

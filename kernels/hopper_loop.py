@@ -358,11 +358,13 @@ def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, mo
     return max(0, min(most, free // (rings * slot)))
 
 
-def ws_supported(q, k, v, mask, sub_frames, num_stages: int) -> bool:
-    """Whether this call can run the warp-specialised loop (else the portable kernel runs):
+def ws_supported(q, k, v, mask, sub_frames, num_stages: int, pooled: bool) -> bool:
+    """Whether this call runs the warp-specialised loop (else the portable kernel runs):
     fp16/bf16, D 64 or 128, 64- or 128-row query tiles, TMA boxes of 64 or 128 rows whose
-    ring fits at least 2 slots, and TMA views of K and V. Never under Triton's interpreter,
-    which does not run Gluon."""
+    ring fits at least 2 slots, and TMA views of K and V. 64-row tiles only with Sol's pooled
+    term: on bare key lists of 64-key blocks the portable loop was 2-4 % faster on the H200
+    (benchmarks/results/ws_loop_h200.json, "no-corr"), with the pooled term the warp-specialised
+    one. Never under Triton's interpreter, which does not run Gluon."""
     from ._checks import triton_interpreting
 
     lay = mask.layout
@@ -370,7 +372,7 @@ def ws_supported(q, k, v, mask, sub_frames, num_stages: int) -> bool:
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in (64, 128):
         return False
-    if mask.block_m not in (64, 128) or sub_frames is None:
+    if mask.block_m not in (64, 128) or sub_frames is None or (mask.block_m == 64 and not pooled):
         return False
     block_n = sub_frames * lay.tile[1] * lay.tile[2]
     if block_n not in (64, 128) or ring_stages(mask.block_m, block_n, q.shape[3], q.element_size(), num_stages) < 2:
