@@ -43,7 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 __all__ = ["ROWS", "ws_block_sparse_attention", "ws_supported"]
 
-ROWS = 64  # query rows of one consumer warpgroup: the M of a Hopper warpgroup MMA
+ROWS = gl.constexpr(64)  # query rows of one consumer warpgroup: the M of a Hopper warpgroup MMA
 NEG_BIG = gl.constexpr(-1.0e30)  # finite stand-in for -inf in the running max (see tile_loop)
 PRODUCER_REGS = gl.constexpr(24)  # a producer holds scalars only; the minimum setmaxnreg allows
 CONSUMER_REGS = gl.constexpr(240)  # two accumulators (64×D and 64×BLOCK_N fp32) and the softmax
@@ -57,7 +57,7 @@ def _work_item(WORK, COUNTS, pid, b, c: gl.constexpr, n_work, tiles_per_block, n
     in the block, list row, grid count, extra count); counts are 0 past the end of the work."""
     if SHARED_LIST:
         index = pid
-        row0 = c * 64
+        row0 = c * ROWS
     else:
         index = pid * 2 + c
         row0 = 0
@@ -69,7 +69,7 @@ def _work_item(WORK, COUNTS, pid, b, c: gl.constexpr, n_work, tiles_per_block, n
     n_grid = gl.where(live, gl.load(COUNTS + list_row * 2), 0)
     n_extra = gl.where(live, gl.load(COUNTS + list_row * 2 + 1), 0)
     h = head_base + hq // num_blocks
-    first_row = q_tile * (64 * (2 if SHARED_LIST else 1)) + row0
+    first_row = q_tile * (ROWS * (2 if SHARED_LIST else 1)) + row0
     return h, hq, hq % num_blocks, first_row, list_row, n_grid, n_extra, live
 
 
@@ -151,13 +151,12 @@ def _producer(descs, bufs, pointers, geometry, c: gl.constexpr,
 
 @gluon.jit
 def _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty, slot, phase, bias, qk_scale_log2,
-            s_layout: gl.constexpr, p_layout: gl.constexpr, acc_layout: gl.constexpr,
-            ROWS_: gl.constexpr, BLOCK_N: gl.constexpr):
+            s_layout: gl.constexpr, p_layout: gl.constexpr, acc_layout: gl.constexpr, BLOCK_N: gl.constexpr):
     """One key tile of the online softmax: scores against ring slot ``slot`` plus ``bias``."""
     k_buf = k_ring.index(slot)
     v_buf = v_ring.index(slot)
     mbarrier.wait(k_ready.index(slot), phase)
-    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS_, BLOCK_N], gl.float32, s_layout),
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
                       use_acc=False, is_async=True)
     s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
     s = s * qk_scale_log2 + bias[None, :]
@@ -202,7 +201,7 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
 
     # The query rows, through the slot map (-1: padding, read as zeros and never stored).
-    local = first_row + gl.arange(0, 64, layout=gl.SliceLayout(1, load_layout))
+    local = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, load_layout))
     slots = gl.load(ROW_MAP + qblk * BLOCK_TOKENS + local, mask=live & (local < BLOCK_TOKENS), other=-1)
     rows_ok = slots >= 0
     rows = gl.maximum(slots, 0).to(gl.int64)
@@ -214,9 +213,9 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
     q_smem.store(q)
     fence_async_shared()
 
-    acc = gl.zeros([64, HEAD_DIM], gl.float32, acc_layout)
-    m_i = gl.full([64], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([64], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout)
+    m_i = gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
     ids = IDS + list_row * list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
     i = 0
@@ -232,7 +231,7 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
             bias = gl.load(LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
             acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
                                     base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
-                                    s_layout, p_layout, acc_layout, 64, BLOCK_N)
+                                    s_layout, p_layout, acc_layout, BLOCK_N)
             i += 1
     SUB: gl.constexpr = TILE_T // SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
@@ -250,7 +249,7 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
             bias = zero_bias
         acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
                                 base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
-                                s_layout, p_layout, acc_layout, 64, BLOCK_N)
+                                s_layout, p_layout, acc_layout, BLOCK_N)
         i += 1
     XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if HAS_EXTRA:
@@ -260,7 +259,7 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
             acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
                                     base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
-                                    s_layout, p_layout, acc_layout, 64, BLOCK_N)
+                                    s_layout, p_layout, acc_layout, BLOCK_N)
             i += 1
 
     # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out.
@@ -292,10 +291,10 @@ def _ws_block_sparse_kernel(
     POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr,
 ):
     dtype: gl.constexpr = K_GRID.dtype
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([64, HEAD_DIM], dtype)
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
     ring_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     RINGS: gl.constexpr = 1 if SHARED_LIST else 2
-    q_bufs = gl.allocate_shared_memory(dtype, [2, 64, HEAD_DIM], q_layout)
+    q_bufs = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout)
     k_ring = gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout)
     v_ring = gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
@@ -354,7 +353,7 @@ def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, mo
     (the configuration's ``num_stages``)."""
     rings = 1 if block_m == 128 else 2
     slot = 2 * block_n * head_dim * element_size  # a K and a V tile
-    free = SHARED_MEMORY_BUDGET - 2 * ROWS * head_dim * element_size
+    free = SHARED_MEMORY_BUDGET - 2 * ROWS.value * head_dim * element_size
     return max(0, min(most, free // (rings * slot)))
 
 
