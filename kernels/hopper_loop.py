@@ -38,7 +38,6 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier,
     tma,
     warpgroup_mma,
-    warpgroup_mma_init,
     warpgroup_mma_wait,
 )
 
@@ -83,17 +82,6 @@ def _produce_into(desc, coord, ring, slot, bar):
 
 
 @gluon.jit
-def _produce_step(k_desc, v_desc, k_coord, v_coord, ring, slot, phase):
-    """K, then V, of one step into ring slot ``slot``, each once its previous tile is released
-    (K after its QKᵀ, V after its PV: the consumer frees them at different times)."""
-    k_ring, v_ring, k_ready, v_ready, k_empty, v_empty = ring
-    mbarrier.wait(k_empty.index(slot), phase ^ 1)
-    _produce_into(k_desc, k_coord, k_ring, slot, k_ready.index(slot))
-    mbarrier.wait(v_empty.index(slot), phase ^ 1)
-    _produce_into(v_desc, v_coord, v_ring, slot, v_ready.index(slot))
-
-
-@gluon.jit
 def _producer(descs, bufs, pointers, geometry, c: gl.constexpr,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
               TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
@@ -102,7 +90,7 @@ def _producer(descs, bufs, pointers, geometry, c: gl.constexpr,
               POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr):
     """Issue every K/V box consumer ``c``'s work item reads, in the order it reads them."""
     K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL = descs
-    k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, q_bufs = bufs
+    k_ring, v_ring, k_ready, v_ready, empty, q_bufs = bufs
     WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O = pointers
     (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
      num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
@@ -112,7 +100,6 @@ def _producer(descs, bufs, pointers, geometry, c: gl.constexpr,
     h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(
         WORK, COUNTS, pid, b, c, n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, SHARED_LIST)
     base = 0 if SHARED_LIST else c * STAGES
-    ring = (k_ring, v_ring, k_ready, v_ready, k_empty, v_empty)
     ids = IDS + list_row * list_stride
     if K_HEADS_IN_COLUMNS:
         k_b = b
@@ -131,8 +118,10 @@ def _producer(descs, bufs, pointers, geometry, c: gl.constexpr,
         pool_row = b * group_heads + hq // num_blocks
         n_pool = gl.where(live, gl.cdiv(num_blocks, BLOCK_N), 0)
         for chunk in range(n_pool):
-            _produce_step(K_POOL, V_POOL, [pool_row, chunk * BLOCK_N, 0], [pool_row, chunk * BLOCK_N, 0], ring,
-                          base + i % STAGES, (i // STAGES) & 1)
+            slot = base + i % STAGES
+            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+            _produce_into(K_POOL, [pool_row, chunk * BLOCK_N, 0], k_ring, slot, k_ready.index(slot))
+            _produce_into(V_POOL, [pool_row, chunk * BLOCK_N, 0], v_ring, slot, v_ready.index(slot))
             i += 1
     SUB: gl.constexpr = TILE_T // SUB_T
     n_steps = n_grid * SUB
@@ -143,53 +132,45 @@ def _producer(descs, bufs, pointers, geometry, c: gl.constexpr,
         t0 = (blk // GRID_HW) * TILE_T + (t % SUB) * SUB_T
         h0 = ((blk % GRID_HW) // GRID_W) * TILE_H
         w0 = (blk % GRID_W) * TILE_W
-        _produce_step(K_GRID, V_GRID, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring,
-                      base + i % STAGES, (i // STAGES) & 1)
+        slot = base + i % STAGES
+        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        _produce_into(K_GRID, [k_b, t0, h0, w0, k_col], k_ring, slot, k_ready.index(slot))
+        _produce_into(V_GRID, [v_b, t0, h0, w0, v_col], v_ring, slot, v_ready.index(slot))
         i += 1
     XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if HAS_EXTRA:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
             row = n_grid_tokens + (blk - n_grid_blocks) * BLOCK_TOKENS + (t % XSUB) * BLOCK_N
-            _produce_step(K_SEQ, V_SEQ, [k_b, row, k_col], [v_b, row, v_col], ring,
-                          base + i % STAGES, (i // STAGES) & 1)
+            slot = base + i % STAGES
+            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+            _produce_into(K_SEQ, [k_b, row, k_col], k_ring, slot, k_ready.index(slot))
+            _produce_into(V_SEQ, [v_b, row, v_col], v_ring, slot, v_ready.index(slot))
             i += 1
 
 
 @gluon.jit
-def _step_bias(i, n_pool, n_grid_steps, ids, n_grid, bits, LOG2_LEN, LENGTHS, num_blocks, tokens_t, tokens_h,
-               tokens_w, offs_n, col_layout: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
-               TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
-               GRID_HW: gl.constexpr, GRID_W: gl.constexpr, POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr,
-               GRID_PADDED: gl.constexpr):
-    """The additive bias of step ``i``'s scores: steps run Sol's pooled chunks (logit +
-    log2 len, routed blocks -inf), then the grid boxes (rows outside the padded grid -inf),
-    then the text boxes (rows past the block's length -inf)."""
-    bias = gl.zeros([BLOCK_N], gl.float32, col_layout)
-    if POOLED:
-        if i < n_pool:
-            cols = i * BLOCK_N + offs_n
-            col_ok = cols < num_blocks
-            words = gl.load(bits + cols // 64, mask=col_ok, other=0)
-            routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
-            bias = gl.load(LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
-    t = i - n_pool
-    if GRID_PADDED:
-        if (t >= 0) & (t < n_grid_steps):
-            SUB: gl.constexpr = TILE_T // SUB_T
-            blk = gl.load(ids + t // SUB).to(gl.int32)
-            t0 = (blk // GRID_HW) * TILE_T + (t % SUB) * SUB_T
-            inside = ((t0 + offs_n // (TILE_H * TILE_W) < tokens_t)
-                      & (((blk % GRID_HW) // GRID_W) * TILE_H + (offs_n // TILE_W) % TILE_H < tokens_h)
-                      & ((blk % GRID_W) * TILE_W + offs_n % TILE_W < tokens_w))
-            bias = gl.where(inside, 0.0, float("-inf"))
-    if HAS_EXTRA:
-        if t >= n_grid_steps:
-            XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
-            x = t - n_grid_steps
-            length = gl.load(LENGTHS + gl.load(ids + n_grid + x // XSUB).to(gl.int32))
-            bias = gl.where((x % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
-    return bias
+def _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty, slot, phase, bias, qk_scale_log2,
+            s_layout: gl.constexpr, p_layout: gl.constexpr, acc_layout: gl.constexpr, BLOCK_N: gl.constexpr):
+    """One key tile of the online softmax: scores against ring slot ``slot`` plus ``bias``."""
+    k_buf = k_ring.index(slot)
+    v_buf = v_ring.index(slot)
+    mbarrier.wait(k_ready.index(slot), phase)
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+                      use_acc=False, is_async=True)
+    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
+    s = s * qk_scale_log2 + bias[None, :]
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
+    p_op = gl.convert_layout(p.to(v_buf.dtype), p_layout)
+    mbarrier.wait(v_ready.index(slot), phase)
+    acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
+    acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
+    mbarrier.arrive(empty.index(slot), count=1)
+    return acc, m_new, l_i
 
 
 @gluon.jit
@@ -200,7 +181,7 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
               SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
               POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr):
     """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
-    k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, q_bufs = bufs
+    k_ring, v_ring, k_ready, v_ready, empty, q_bufs = bufs
     WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O = pointers
     (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
      num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
@@ -231,64 +212,55 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
     q_smem = q_bufs.index(c)
     q_smem.store(q)
     fence_async_shared()
-    dtype: gl.constexpr = q_smem.dtype
 
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout)
     m_i = gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
     ids = IDS + list_row * list_stride
-    bits = ROUTED_BITS + list_row * bits_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
-    SUB: gl.constexpr = TILE_T // SUB_T
-    XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    i = 0
     if POOLED:
+        # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
+        bits = ROUTED_BITS + list_row * bits_stride
         n_pool = gl.where(live, gl.cdiv(num_blocks, BLOCK_N), 0)
-    else:
-        n_pool = 0
-    n_grid_steps = n_grid * SUB
+        for chunk in range(n_pool):
+            cols = chunk * BLOCK_N + offs_n
+            col_ok = cols < num_blocks
+            words = gl.load(bits + cols // 64, mask=col_ok, other=0)
+            routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
+            bias = gl.load(LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
+                                    base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
+                                    s_layout, p_layout, acc_layout, BLOCK_N)
+            i += 1
+    SUB: gl.constexpr = TILE_T // SUB_T
+    box_t = offs_n // (TILE_H * TILE_W)
+    box_h = (offs_n // TILE_W) % TILE_H
+    box_w = offs_n % TILE_W
+    zero_bias = gl.zeros([BLOCK_N], gl.float32, col_layout)
+    for t in range(n_grid * SUB):
+        if GRID_PADDED:
+            blk = gl.load(ids + t // SUB).to(gl.int32)
+            t0 = (blk // GRID_HW) * TILE_T + (t % SUB) * SUB_T
+            inside = ((t0 + box_t < tokens_t) & (((blk % GRID_HW) // GRID_W) * TILE_H + box_h < tokens_h)
+                      & ((blk % GRID_W) * TILE_W + box_w < tokens_w))
+            bias = gl.where(inside, 0.0, float("-inf"))
+        else:
+            bias = zero_bias
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
+                                base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
+                                s_layout, p_layout, acc_layout, BLOCK_N)
+        i += 1
+    XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if HAS_EXTRA:
-        total = n_pool + n_grid_steps + n_extra * XSUB
-    else:
-        total = n_pool + n_grid_steps
-    s_zero = gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout)
-
-    # FlashAttention-3's order within a warpgroup: QKᵀ of step i+1 runs on the tensor cores
-    # while step i's softmax runs, PV of step i while step i+1's scores are scaled. K and V
-    # slots are released separately, each as soon as its MMA has retired.
-    mbarrier.wait(k_ready.index(base), 0, pred=total > 0)
-    s = warpgroup_mma(q_smem, k_ring.index(base).permute((1, 0)), s_zero, use_acc=False, is_async=True)
-    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_ring.index(base)))
-    mbarrier.arrive(k_empty.index(base), count=1, pred=total > 0)
-    acc = warpgroup_mma_init(gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout))
-    for i in range(total):
-        slot = base + i % STAGES
-        has_next = i + 1 < total
-        nxt = base + (i + 1) % STAGES
-        k_next = k_ring.index(nxt)
-        mbarrier.wait(k_ready.index(nxt), ((i + 1) // STAGES) & 1, pred=has_next)
-        s_next = warpgroup_mma(q_smem, k_next.permute((1, 0)), s_zero, use_acc=False, is_async=True)
-        bias = _step_bias(i, n_pool, n_grid_steps, ids, n_grid, bits, LOG2_LEN, LENGTHS, num_blocks, tokens_t,
-                          tokens_h, tokens_w, offs_n, col_layout, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
-                          SUB_T, GRID_HW, GRID_W, POOLED, HAS_EXTRA, GRID_PADDED)
-        s = s * qk_scale_log2 + bias[None, :]
-        m_new = gl.maximum(m_i, gl.max(s, 1))
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
-        # Retires the previous step's PV (QKᵀ of step i+1 stays in flight): its V slot is free.
-        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-        prev = base + (i + STAGES - 1) % STAGES
-        mbarrier.arrive(v_empty.index(prev), count=1, pred=i > 0)
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
-        p_op = gl.convert_layout(p.to(dtype), p_layout)
-        v_buf = v_ring.index(slot)
-        mbarrier.wait(v_ready.index(slot), (i // STAGES) & 1)
-        acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
-        # Retires QKᵀ of step i+1 (this step's PV stays in flight): its K slot is free.
-        s, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=(s_next, q_smem, k_next))
-        mbarrier.arrive(k_empty.index(nxt), count=1, pred=has_next)
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    mbarrier.arrive(v_empty.index(base + (total + STAGES - 1) % STAGES), count=1, pred=total > 0)
+        for t in range(n_extra * XSUB):
+            blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
+            length = gl.load(LENGTHS + blk)
+            bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
+                                    base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
+                                    s_layout, p_layout, acc_layout, BLOCK_N)
+            i += 1
 
     # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out.
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
@@ -327,17 +299,15 @@ def _ws_block_sparse_kernel(
     v_ring = gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout)
     k_ready = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
-    k_empty = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
-    v_empty = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(RINGS * STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(v_ready.index(s), count=1)
         # A shared slot is free again once both consumers are done with it.
-        mbarrier.init(k_empty.index(s), count=3 - RINGS)
-        mbarrier.init(v_empty.index(s), count=3 - RINGS)
+        mbarrier.init(empty.index(s), count=3 - RINGS)
 
     descs = (K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL)
-    bufs = (k_ring, v_ring, k_ready, v_ready, k_empty, v_empty, q_bufs)
+    bufs = (k_ring, v_ring, k_ready, v_ready, empty, q_bufs)
     pointers = (WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O)
     geometry = (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
                 num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
