@@ -25,13 +25,13 @@ block's length get -inf). The semantics are ``block_sparse``'s; the float refere
 same. Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``); B200 needs
 tcgen05 MMAs and keeps the portable kernel.
 """
-from __future__ import annotations
 
 import math
 
 import torch
 import triton
 from triton.experimental import gluon
+from triton.experimental.gluon import constexpr_function
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
@@ -40,6 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.language.core import _aggregate as aggregate
 
 __all__ = ["ROWS", "ws_block_sparse_attention", "ws_supported"]
 
@@ -50,27 +51,138 @@ CONSUMER_REGS = gl.constexpr(240)  # two accumulators (64×D and 64×BLOCK_N fp3
 KERNEL_MAXNREG = 168  # 12 warps (3 warpgroups) × 168 registers fill the 64K register file
 
 
+# A scalar argument equal to 1 reaches the kernel as a constexpr (Triton's specialisation).
+_SCALAR = (gl.tensor, gl.constexpr)
+
+
+@aggregate
+class LoopShape:
+    """What every partition knows at compile time: the head dim, the key rows of a ring slot
+    (``BLOCK_N``), the blocks (``BLOCK_TOKENS``, tile, TMA box frames ``SUB_T``, block grid),
+    the ring depth, and which phases and layouts this launch has."""
+
+    HEAD_DIM: gl.constexpr
+    BLOCK_N: gl.constexpr
+    BLOCK_TOKENS: gl.constexpr
+    TILE_T: gl.constexpr
+    TILE_H: gl.constexpr
+    TILE_W: gl.constexpr
+    SUB_T: gl.constexpr
+    GRID_HW: gl.constexpr
+    GRID_W: gl.constexpr
+    STAGES: gl.constexpr
+    SHARED_LIST: gl.constexpr
+    K_HEADS_IN_COLUMNS: gl.constexpr
+    V_HEADS_IN_COLUMNS: gl.constexpr
+    POOLED: gl.constexpr
+    HAS_EXTRA: gl.constexpr
+    GRID_PADDED: gl.constexpr
+
+    @constexpr_function
+    def __init__(self, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W, SUB_T, GRID_HW, GRID_W, STAGES,
+                 SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS, POOLED, HAS_EXTRA, GRID_PADDED):
+        for name, value in dict(
+                HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_TOKENS=BLOCK_TOKENS, TILE_T=TILE_T, TILE_H=TILE_H,
+                TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES, SHARED_LIST=SHARED_LIST,
+                K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED,
+                HAS_EXTRA=HAS_EXTRA, GRID_PADDED=GRID_PADDED).items():
+            setattr(self, name, gl.constexpr(value))
+
+
+@aggregate
+class LoopCall:
+    """The run-time arguments of a launch: q/o pointers and strides, the mask (work order,
+    counts, ids), the layout (slot map, block lengths), Sol's pooled term (log2 lengths,
+    routed bitmap), the TMA descriptors and the scalars of the geometry."""
+
+    Q: gl.tensor
+    O: gl.tensor
+    WORK: gl.tensor
+    COUNTS: gl.tensor
+    IDS: gl.tensor
+    ROW_MAP: gl.tensor
+    LENGTHS: gl.tensor
+    LOG2_LEN: gl.tensor
+    ROUTED_BITS: gl.tensor
+    k_grid: tma.tensor_descriptor
+    v_grid: tma.tensor_descriptor
+    k_seq: tma.tensor_descriptor
+    v_seq: tma.tensor_descriptor
+    k_pool: tma.tensor_descriptor
+    v_pool: tma.tensor_descriptor
+    stride_qb: _SCALAR
+    stride_qn: _SCALAR
+    stride_qh: _SCALAR
+    stride_ob: _SCALAR
+    stride_on: _SCALAR
+    stride_oh: _SCALAR
+    n_work: _SCALAR
+    tiles_per_block: _SCALAR
+    num_blocks: _SCALAR
+    head_base: _SCALAR
+    list_batch_stride: _SCALAR
+    list_stride: _SCALAR
+    bits_stride: _SCALAR
+    num_heads: _SCALAR
+    group_heads: _SCALAR
+    n_grid_blocks: _SCALAR
+    n_grid_tokens: _SCALAR
+    tokens_t: _SCALAR
+    tokens_h: _SCALAR
+    tokens_w: _SCALAR
+    qk_scale_log2: _SCALAR
+
+    @constexpr_function
+    def __init__(self, **fields):
+        for name, value in fields.items():
+            # constexpr_function hands specialised scalars over as Python numbers.
+            setattr(self, name, gl.constexpr(value) if isinstance(value, (int, float)) else value)
+
+
+@aggregate
+class Ring:
+    """Shared memory of a program: the two consumers' query tiles and the key rings (K and V
+    slots with their ready and empty barriers; two rings when the consumers' lists differ)."""
+
+    q_bufs: gl.shared_memory_descriptor
+    k_ring: gl.shared_memory_descriptor
+    v_ring: gl.shared_memory_descriptor
+    k_ready: gl.shared_memory_descriptor
+    v_ready: gl.shared_memory_descriptor
+    empty: gl.shared_memory_descriptor
+
+    @constexpr_function
+    def __init__(self, q_bufs, k_ring, v_ring, k_ready, v_ready, empty):
+        self.q_bufs = q_bufs
+        self.k_ring = k_ring
+        self.v_ring = v_ring
+        self.k_ready = k_ready
+        self.v_ready = v_ready
+        self.empty = empty
+
+
 @gluon.jit
-def _work_item(WORK, COUNTS, pid, b, c: gl.constexpr, n_work, tiles_per_block, num_blocks, head_base,
-               list_batch_stride, SHARED_LIST: gl.constexpr):
-    """The work item of consumer ``c`` of program ``pid``: (head, query block, first query row
-    in the block, list row, grid count, extra count); counts are 0 past the end of the work."""
-    if SHARED_LIST:
+def _work_item(call, shape, c: gl.constexpr):
+    """The work item of consumer ``c`` of this program: (head, query block, first query row
+    in the block, list row, grid count, extra count, live); counts are 0 past the work."""
+    pid = gl.program_id(0)
+    b = gl.program_id(1)
+    if shape.SHARED_LIST:
         index = pid
         row0 = c * ROWS
     else:
         index = pid * 2 + c
         row0 = 0
-    live = index < n_work
-    work = gl.load(WORK + gl.minimum(index, n_work - 1))
-    hq = work // tiles_per_block
-    q_tile = work % tiles_per_block
-    list_row = b.to(gl.int64) * list_batch_stride + hq
-    n_grid = gl.where(live, gl.load(COUNTS + list_row * 2), 0)
-    n_extra = gl.where(live, gl.load(COUNTS + list_row * 2 + 1), 0)
-    h = head_base + hq // num_blocks
-    first_row = q_tile * (ROWS * (2 if SHARED_LIST else 1)) + row0
-    return h, hq, hq % num_blocks, first_row, list_row, n_grid, n_extra, live
+    live = index < call.n_work
+    work = gl.load(call.WORK + gl.minimum(index, call.n_work - 1))
+    hq = work // call.tiles_per_block
+    q_tile = work % call.tiles_per_block
+    list_row = b.to(gl.int64) * call.list_batch_stride + hq
+    n_grid = gl.where(live, gl.load(call.COUNTS + list_row * 2), 0)
+    n_extra = gl.where(live, gl.load(call.COUNTS + list_row * 2 + 1), 0)
+    h = call.head_base + hq // call.num_blocks
+    first_row = q_tile * (ROWS * (2 if shape.SHARED_LIST else 1)) + row0
+    return h, hq, hq % call.num_blocks, first_row, list_row, n_grid, n_extra, live
 
 
 @gluon.jit
@@ -82,80 +194,71 @@ def _produce_into(desc, coord, ring, slot, bar):
 
 
 @gluon.jit
-def _producer(descs, bufs, pointers, geometry, c: gl.constexpr,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
-              TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
-              GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
-              SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
-              POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr):
+def _produce_step(k_desc, v_desc, k_coord, v_coord, ring, slot, phase):
+    """K and V of one step into ring slot ``slot``, once the consumers have released it."""
+    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    _produce_into(k_desc, k_coord, ring.k_ring, slot, ring.k_ready.index(slot))
+    _produce_into(v_desc, v_coord, ring.v_ring, slot, ring.v_ready.index(slot))
+
+
+@gluon.jit
+def _producer(call, ring, shape, c: gl.constexpr):
     """Issue every K/V box consumer ``c``'s work item reads, in the order it reads them."""
-    K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL = descs
-    k_ring, v_ring, k_ready, v_ready, empty, q_bufs = bufs
-    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O = pointers
-    (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
-     num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
-     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh) = geometry
-    pid = gl.program_id(0)
     b = gl.program_id(1)
-    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(
-        WORK, COUNTS, pid, b, c, n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, SHARED_LIST)
-    base = 0 if SHARED_LIST else c * STAGES
-    ids = IDS + list_row * list_stride
-    if K_HEADS_IN_COLUMNS:
+    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, c)
+    STAGES: gl.constexpr = shape.STAGES
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    base = 0 if shape.SHARED_LIST else c * STAGES
+    ids = call.IDS + list_row * call.list_stride
+    if shape.K_HEADS_IN_COLUMNS:
         k_b = b
-        k_col = h * HEAD_DIM
+        k_col = h * shape.HEAD_DIM
     else:
-        k_b = b * num_heads + h
+        k_b = b * call.num_heads + h
         k_col = 0
-    if V_HEADS_IN_COLUMNS:
+    if shape.V_HEADS_IN_COLUMNS:
         v_b = b
-        v_col = h * HEAD_DIM
+        v_col = h * shape.HEAD_DIM
     else:
-        v_b = b * num_heads + h
+        v_b = b * call.num_heads + h
         v_col = 0
     i = 0
-    if POOLED:
-        pool_row = b * group_heads + hq // num_blocks
-        n_pool = gl.where(live, gl.cdiv(num_blocks, BLOCK_N), 0)
+    if shape.POOLED:
+        pool_row = b * call.group_heads + hq // call.num_blocks
+        n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
         for chunk in range(n_pool):
-            slot = base + i % STAGES
-            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
-            _produce_into(K_POOL, [pool_row, chunk * BLOCK_N, 0], k_ring, slot, k_ready.index(slot))
-            _produce_into(V_POOL, [pool_row, chunk * BLOCK_N, 0], v_ring, slot, v_ready.index(slot))
+            _produce_step(call.k_pool, call.v_pool, [pool_row, chunk * BLOCK_N, 0], [pool_row, chunk * BLOCK_N, 0],
+                          ring, base + i % STAGES, (i // STAGES) & 1)
             i += 1
-    SUB: gl.constexpr = TILE_T // SUB_T
+    SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
     n_steps = n_grid * SUB
     blk_next = gl.load(ids, mask=n_steps > 0, other=0).to(gl.int32)
     for t in range(n_steps):
         blk = blk_next
         blk_next = gl.load(ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0).to(gl.int32)
-        t0 = (blk // GRID_HW) * TILE_T + (t % SUB) * SUB_T
-        h0 = ((blk % GRID_HW) // GRID_W) * TILE_H
-        w0 = (blk % GRID_W) * TILE_W
-        slot = base + i % STAGES
-        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
-        _produce_into(K_GRID, [k_b, t0, h0, w0, k_col], k_ring, slot, k_ready.index(slot))
-        _produce_into(V_GRID, [v_b, t0, h0, w0, v_col], v_ring, slot, v_ready.index(slot))
+        t0 = (blk // shape.GRID_HW) * shape.TILE_T + (t % SUB) * shape.SUB_T
+        h0 = ((blk % shape.GRID_HW) // shape.GRID_W) * shape.TILE_H
+        w0 = (blk % shape.GRID_W) * shape.TILE_W
+        _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col],
+                      ring, base + i % STAGES, (i // STAGES) & 1)
         i += 1
-    XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
-    if HAS_EXTRA:
+    XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    if shape.HAS_EXTRA:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
-            row = n_grid_tokens + (blk - n_grid_blocks) * BLOCK_TOKENS + (t % XSUB) * BLOCK_N
-            slot = base + i % STAGES
-            mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
-            _produce_into(K_SEQ, [k_b, row, k_col], k_ring, slot, k_ready.index(slot))
-            _produce_into(V_SEQ, [v_b, row, v_col], v_ring, slot, v_ready.index(slot))
+            row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS + (t % XSUB) * BLOCK_N
+            _produce_step(call.k_seq, call.v_seq, [k_b, row, k_col], [v_b, row, v_col],
+                          ring, base + i % STAGES, (i // STAGES) & 1)
             i += 1
 
 
 @gluon.jit
-def _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty, slot, phase, bias, qk_scale_log2,
+def _attend(acc, m_i, l_i, q_smem, ring, slot, phase, bias, qk_scale_log2,
             s_layout: gl.constexpr, p_layout: gl.constexpr, acc_layout: gl.constexpr, BLOCK_N: gl.constexpr):
     """One key tile of the online softmax: scores against ring slot ``slot`` plus ``bias``."""
-    k_buf = k_ring.index(slot)
-    v_buf = v_ring.index(slot)
-    mbarrier.wait(k_ready.index(slot), phase)
+    k_buf = ring.k_ring.index(slot)
+    v_buf = ring.v_ring.index(slot)
+    mbarrier.wait(ring.k_ready.index(slot), phase)
     s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
                       use_acc=False, is_async=True)
     s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
@@ -166,31 +269,25 @@ def _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty, slot
     l_i = l_i * alpha + gl.sum(p, 1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
     p_op = gl.convert_layout(p.to(v_buf.dtype), p_layout)
-    mbarrier.wait(v_ready.index(slot), phase)
+    mbarrier.wait(ring.v_ready.index(slot), phase)
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
-    mbarrier.arrive(empty.index(slot), count=1)
+    mbarrier.arrive(ring.empty.index(slot), count=1)
     return acc, m_new, l_i
 
 
 @gluon.jit
-def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
-              TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
-              GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
-              SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
-              POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr):
+def _consumer(call, ring, shape, c: gl.constexpr):
     """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
-    k_ring, v_ring, k_ready, v_ready, empty, q_bufs = bufs
-    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O = pointers
-    (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
-     num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
-     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh) = geometry
-    pid = gl.program_id(0)
     b = gl.program_id(1)
-    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(
-        WORK, COUNTS, pid, b, c, n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, SHARED_LIST)
-    base = 0 if SHARED_LIST else c * STAGES
+    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, c)
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    STAGES: gl.constexpr = shape.STAGES
+    TILE_T: gl.constexpr = shape.TILE_T
+    TILE_H: gl.constexpr = shape.TILE_H
+    TILE_W: gl.constexpr = shape.TILE_W
+    base = 0 if shape.SHARED_LIST else c * STAGES
 
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -202,64 +299,63 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
 
     # The query rows, through the slot map (-1: padding, read as zeros and never stored).
     local = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, load_layout))
-    slots = gl.load(ROW_MAP + qblk * BLOCK_TOKENS + local, mask=live & (local < BLOCK_TOKENS), other=-1)
+    slots = gl.load(call.ROW_MAP + qblk * shape.BLOCK_TOKENS + local, mask=live & (local < shape.BLOCK_TOKENS),
+                    other=-1)
     rows_ok = slots >= 0
     rows = gl.maximum(slots, 0).to(gl.int64)
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, load_layout))
-    q_base = Q + b.to(gl.int64) * stride_qb + h.to(gl.int64) * stride_qh
-    q = gl.load(q_base + rows[:, None] * stride_qn + offs_d[None, :], mask=rows_ok[:, None], other=0.0)
+    q_base = call.Q + b.to(gl.int64) * call.stride_qb + h.to(gl.int64) * call.stride_qh
+    q = gl.load(q_base + rows[:, None] * call.stride_qn + offs_d[None, :], mask=rows_ok[:, None], other=0.0)
     q_nan = gl.max((q != q).to(gl.int32), 1) > 0
-    q_smem = q_bufs.index(c)
+    q_smem = ring.q_bufs.index(c)
     q_smem.store(q)
     fence_async_shared()
 
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout)
     m_i = gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
-    ids = IDS + list_row * list_stride
+    ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
     i = 0
-    if POOLED:
+    if shape.POOLED:
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
-        bits = ROUTED_BITS + list_row * bits_stride
-        n_pool = gl.where(live, gl.cdiv(num_blocks, BLOCK_N), 0)
+        bits = call.ROUTED_BITS + list_row * call.bits_stride
+        n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
         for chunk in range(n_pool):
             cols = chunk * BLOCK_N + offs_n
-            col_ok = cols < num_blocks
+            col_ok = cols < call.num_blocks
             words = gl.load(bits + cols // 64, mask=col_ok, other=0)
             routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
-            bias = gl.load(LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
-                                    base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
-                                    s_layout, p_layout, acc_layout, BLOCK_N)
+            bias = gl.load(call.LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
+                                    call.qk_scale_log2, s_layout, p_layout, acc_layout, BLOCK_N)
             i += 1
-    SUB: gl.constexpr = TILE_T // SUB_T
+    SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
     box_h = (offs_n // TILE_W) % TILE_H
     box_w = offs_n % TILE_W
     zero_bias = gl.zeros([BLOCK_N], gl.float32, col_layout)
     for t in range(n_grid * SUB):
-        if GRID_PADDED:
+        if shape.GRID_PADDED:
             blk = gl.load(ids + t // SUB).to(gl.int32)
-            t0 = (blk // GRID_HW) * TILE_T + (t % SUB) * SUB_T
-            inside = ((t0 + box_t < tokens_t) & (((blk % GRID_HW) // GRID_W) * TILE_H + box_h < tokens_h)
-                      & ((blk % GRID_W) * TILE_W + box_w < tokens_w))
+            t0 = (blk // shape.GRID_HW) * TILE_T + (t % SUB) * shape.SUB_T
+            inside = ((t0 + box_t < call.tokens_t)
+                      & (((blk % shape.GRID_HW) // shape.GRID_W) * TILE_H + box_h < call.tokens_h)
+                      & ((blk % shape.GRID_W) * TILE_W + box_w < call.tokens_w))
             bias = gl.where(inside, 0.0, float("-inf"))
         else:
             bias = zero_bias
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
-                                base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
-                                s_layout, p_layout, acc_layout, BLOCK_N)
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
+                                call.qk_scale_log2, s_layout, p_layout, acc_layout, BLOCK_N)
         i += 1
-    XSUB: gl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
-    if HAS_EXTRA:
+    XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    if shape.HAS_EXTRA:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
-            length = gl.load(LENGTHS + blk)
+            length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, k_ring, v_ring, k_ready, v_ready, empty,
-                                    base + i % STAGES, (i // STAGES) & 1, bias, qk_scale_log2,
-                                    s_layout, p_layout, acc_layout, BLOCK_N)
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
+                                    call.qk_scale_log2, s_layout, p_layout, acc_layout, BLOCK_N)
             i += 1
 
     # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out.
@@ -272,8 +368,8 @@ def _consumer(descs, bufs, pointers, geometry, c: gl.constexpr,
     out_rows = gl.convert_layout(rows, row_layout)
     out_ok = gl.convert_layout(rows_ok, row_layout)
     out_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
-    o_base = O + b.to(gl.int64) * stride_ob + h.to(gl.int64) * stride_oh
-    gl.store(o_base + out_rows[:, None] * stride_on + out_d[None, :], out.to(O.dtype.element_ty),
+    o_base = call.O + b.to(gl.int64) * call.stride_ob + h.to(gl.int64) * call.stride_oh
+    gl.store(o_base + out_rows[:, None] * call.stride_on + out_d[None, :], out.to(call.O.dtype.element_ty),
              mask=out_ok[:, None])
 
 
@@ -294,54 +390,37 @@ def _ws_block_sparse_kernel(
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
     ring_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     RINGS: gl.constexpr = 1 if SHARED_LIST else 2
-    q_bufs = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout)
-    k_ring = gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout)
-    v_ring = gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout)
-    k_ready = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
-    v_ready = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout())
+    ring = Ring(gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout),
+                gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout()),
+                gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout()),
+                gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout()))
     for s in gl.static_range(RINGS * STAGES):
-        mbarrier.init(k_ready.index(s), count=1)
-        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(ring.k_ready.index(s), count=1)
+        mbarrier.init(ring.v_ready.index(s), count=1)
         # A shared slot is free again once both consumers are done with it.
-        mbarrier.init(empty.index(s), count=3 - RINGS)
-
-    descs = (K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL)
-    bufs = (k_ring, v_ring, k_ready, v_ready, empty, q_bufs)
-    pointers = (WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS, Q, O)
-    geometry = (n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
-                num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
-                stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh)
-    # The argument tuples are written out in the call: a tuple bound to a name first turns
-    # its constexprs into run-time values (Triton 3.6).
+        mbarrier.init(ring.empty.index(s), count=3 - RINGS)
+    shape = LoopShape(HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W, SUB_T, GRID_HW, GRID_W, STAGES,
+                      SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS, POOLED, HAS_EXTRA, GRID_PADDED)
+    call = LoopCall(
+        Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, LOG2_LEN=LOG2_LEN,
+        ROUTED_BITS=ROUTED_BITS, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ, v_seq=V_SEQ, k_pool=K_POOL,
+        v_pool=V_POOL, stride_qb=stride_qb, stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob,
+        stride_on=stride_on, stride_oh=stride_oh, n_work=n_work, tiles_per_block=tiles_per_block,
+        num_blocks=num_blocks, head_base=head_base, list_batch_stride=list_batch_stride, list_stride=list_stride,
+        bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads, n_grid_blocks=n_grid_blocks,
+        n_grid_tokens=n_grid_tokens, tokens_t=tokens_t, tokens_h=tokens_h, tokens_w=tokens_w,
+        qk_scale_log2=qk_scale_log2)
+    # One producer per ring; consumer 0 is the default partition (it runs in the kernel's 4 warps).
     if SHARED_LIST:
-        gl.warp_specialize([
-            (_consumer, (descs, bufs, pointers, geometry, 0, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
-                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
-                         POOLED, HAS_EXTRA, GRID_PADDED)),
-            (_consumer, (descs, bufs, pointers, geometry, 1, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
-                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
-                         POOLED, HAS_EXTRA, GRID_PADDED)),
-            (_producer, (descs, bufs, pointers, geometry, 0, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
-                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
-                         POOLED, HAS_EXTRA)),
-        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+        gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
+                            (_producer, (call, ring, shape, 0))],
+                           [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
-        gl.warp_specialize([
-            (_consumer, (descs, bufs, pointers, geometry, 0, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
-                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
-                         POOLED, HAS_EXTRA, GRID_PADDED)),
-            (_consumer, (descs, bufs, pointers, geometry, 1, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
-                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
-                         POOLED, HAS_EXTRA, GRID_PADDED)),
-            (_producer, (descs, bufs, pointers, geometry, 0, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
-                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
-                         POOLED, HAS_EXTRA)),
-            (_producer, (descs, bufs, pointers, geometry, 1, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W,
-                         SUB_T, GRID_HW, GRID_W, STAGES, SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS,
-                         POOLED, HAS_EXTRA)),
-        ], [4, 1, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
-
+        gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
+                            (_producer, (call, ring, shape, 0)), (_producer, (call, ring, shape, 1))],
+                           [4, 1, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
 
 # Shared memory a launch may fill (of the 227 KB a block may ask for on sm_90), leaving room
 # for the barriers and the compiler's scratch.
