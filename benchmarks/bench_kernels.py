@@ -3,7 +3,9 @@
 Usage (on a CUDA machine; writes one JSON file with the command that made it):
     python benchmarks/bench_kernels.py --out benchmarks/results/kernels_h200.json
 
-Every speed is also reported as a ratio to cuDNN SDPA timed in the same run. Correctness is
+``--loops ws,tma`` times the block loops of Hopper side by side (``LOOPS``: the warp-specialised
+loop and the portable kernel with TMA boxes). Every speed is also reported as a ratio to cuDNN
+SDPA timed in the same run. Correctness is
 checked first, on fresh random inputs, against the float32 reference, with the output
 memory poisoned (NaN) beforehand so unwritten elements show.
 """
@@ -188,13 +190,14 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 mask, pooled = routing()
                 t_route = bench_ms(routing, rep_ms)
                 t_lists = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale, config=cfg), rep_ms)
-                t_lists_pooled = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=cfg),
-                                          rep_ms)
+                t_lists_pooled = bench_ms(
+                    lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=cfg), rep_ms)
                 pool_variants = {}  # the pooled term in other step sizes (LaunchConfig.pool_chunk)
                 for chunk in pool_chunks:
                     chunk_cfg = dataclasses.replace(cfg or ARCHITECTURES[(9, 0)], pool_chunk=chunk)
                     pool_variants[str(chunk)] = bench_ms(
-                        lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=chunk_cfg), rep_ms)
+                        lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=chunk_cfg),
+                        rep_ms)
                 plain_out = kernels.sol_attention(q, k, v, correction=False, **kw)
                 mask = pooled = None  # free the scratch before the next row
                 n_keep = max(64, int(round(density * L)))
@@ -215,7 +218,8 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 results["sol"].append(row)
                 save(results)
                 print(f"  {loop} {tiling} tile={row['tile']} ρ={rho:.2f} density={density:.3f} sol {t_sol:.2f} ms "
-                      f"({t_dense / t_sol:.2f}x) no-corr {t_plain:.2f} lists {t_lists:.2f} (+pooled {t_lists_pooled:.2f}) "
+                      f"({t_dense / t_sol:.2f}x) no-corr {t_plain:.2f} lists {t_lists:.2f} "
+                      f"(+pooled {t_lists_pooled:.2f}) "
                       f"routing {t_route:.2f} overhead {100 * row['routing_and_correction_overhead']:.1f}% "
                       f"ideal {t_dense / t_ideal:.2f}x rel_l2 {row['rel_l2_vs_dense']:.3f} "
                       f"mem +{mem_sol:.0f}MB vs +{mem_dense:.0f}MB first {first_call_s:.1f}s", flush=True)

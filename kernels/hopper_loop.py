@@ -460,30 +460,30 @@ def ws_supported(q, k, v, mask, sub_frames, num_stages: int, pooled: bool) -> bo
     return all(tma_views(x, lay.grid) is not None for x in (k, v))
 
 
-def _descriptors(x, lay, sub_frames, block_n):
-    """Gluon TMA descriptors of one tensor: (grid, sequence), heads_in_columns."""
+def _tma_descriptor(x, shape, strides, box):
+    """A Gluon TMA descriptor of ``x`` seen as ``shape``/``strides``, in boxes ``box`` with the
+    box's default swizzled shared layout (the one the ring's slots are reinterpreted as)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dtype = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
+    return TensorDescriptor(x, shape, strides, box, gl.NVMMASharedLayout.get_default_for(box, dtype))
+
+
+def _descriptors(x, lay, sub_frames, block_n):
+    """The two descriptors of K or V (grid boxes, sequence boxes for text blocks) and whether
+    its heads are in the columns (``tile_loop.tma_views``)."""
     from .tile_loop import tma_views
 
     (grid_shape, grid_strides), (seq_shape, seq_strides), heads_in_columns = tma_views(x, lay.grid)
-    dtype = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
     D = x.shape[3]
-    grid_box = [1, sub_frames, lay.tile[1], lay.tile[2], D]
-    seq_box = [1, block_n, D]
-    grid_desc = TensorDescriptor(x, grid_shape, grid_strides, grid_box,
-                                 gl.NVMMASharedLayout.get_default_for(grid_box, dtype))
-    seq_desc = TensorDescriptor(x, seq_shape, seq_strides, seq_box, gl.NVMMASharedLayout.get_default_for(seq_box, dtype))
-    return grid_desc, seq_desc, heads_in_columns
+    return (_tma_descriptor(x, grid_shape, grid_strides, [1, sub_frames, lay.tile[1], lay.tile[2], D]),
+            _tma_descriptor(x, seq_shape, seq_strides, [1, block_n, D]), heads_in_columns)
 
 
 def _pool_descriptor(means, block_n):
-    """A 3D descriptor (B·heads, NB, D) over Sol's pooled keys or mean values."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
+    """The descriptor (B·heads, NB, D) of Sol's pooled keys or mean values, boxes of ``block_n``."""
     B, Hg, NB, D = means.shape
-    dtype = gl.float16 if means.dtype == torch.float16 else gl.bfloat16
-    box = [1, block_n, D]
-    return TensorDescriptor(means, [B * Hg, NB, D], [NB * D, D, 1], box, gl.NVMMASharedLayout.get_default_for(box, dtype))
+    return _tma_descriptor(means, [B * Hg, NB, D], [NB * D, D, 1], [1, block_n, D])
 
 
 def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, sub_frames, num_stages):
