@@ -426,7 +426,7 @@ def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
         save(results)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--sol-seqs", default="75600,131072")
@@ -446,17 +446,17 @@ def main():
     ap.add_argument("--ceiling", action="store_true", help="also time the kernels with every block visited")
     ap.add_argument("--loops", default="default",
                     help=f"block loops to time, comma separated: {', '.join(LOOPS)} (default: this GPU's)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    loops = [x for x in args.loops.split(",") if x]
+    unknown = sorted(set(loops) - set(LOOPS))
+    if unknown or not loops:
+        ap.error(f"--loops: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(LOOPS)}")
     global OUT_PATH, QKV_LAYOUT
     OUT_PATH, QKV_LAYOUT = args.out, args.layout
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    python=platform.python_version(), layout=args.layout, checks=[], sol=[], psa=[], arch_configs=[])
-    loops = [x for x in args.loops.split(",") if x]
-    unknown = sorted(set(loops) - set(LOOPS))
-    if unknown:
-        ap.error(f"--loops: unknown {', '.join(unknown)}; choose from {', '.join(LOOPS)}")
     if not args.skip_checks:
         check_sol(results)
         check_psa(results)

@@ -1,0 +1,23 @@
+"""benchmarks/bench_kernels.py refuses a block loop it does not know before it needs a GPU."""
+import pytest
+
+from benchmarks import bench_kernels
+
+
+@pytest.mark.parametrize("loops", ["wsx", "ws,bogus", ","])
+def test_unknown_loop_is_a_usage_error(tmp_path, capsys, loops):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_kernels.main(["--out", str(tmp_path / "x.json"), "--loops", loops])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--loops" in err and "default, ws, ws2, tma" in err
+    assert not (tmp_path / "x.json").exists()
+
+
+def test_every_loop_is_a_hopper_configuration():
+    from kernels.launch_config import ARCHITECTURES
+
+    assert bench_kernels.LOOPS["default"] is None
+    assert bench_kernels.LOOPS["ws"] == ARCHITECTURES[(9, 0)] and bench_kernels.LOOPS["ws"].warp_specialized
+    assert not bench_kernels.LOOPS["tma"].warp_specialized and bench_kernels.LOOPS["tma"].tma
+    assert bench_kernels.LOOPS["ws2"].num_stages == 2
