@@ -9,7 +9,8 @@ softmax (``tile_loop``):
 2. the listed grid blocks, exactly: TMA boxes on Hopper and later, the pointer loop before;
 3. the listed extra (text) blocks, exactly, through the pointer loop.
 
-On Hopper the same work runs warp-specialised (``hopper_loop``) whenever the call allows it.
+On Hopper the same work runs warp-specialised (``hopper_loop``) whenever the call and the
+installed Triton allow it.
 
 The output is written in place, in the caller's token order. Programs run in the mask's work
 order (axis 0) for every batch entry (axis 1). A ``head_base`` lets one call cover a group of
@@ -18,7 +19,10 @@ heads (Sol runs its heads in groups to bound its scratch memory, see ``sol``).
 from __future__ import annotations
 
 import contextlib
+import functools
+import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -27,7 +31,6 @@ import triton
 import triton.language as tl
 
 from .block_mask import BlockMask
-from .hopper_loop import ws_block_sparse_attention, ws_supported
 from .launch_config import LaunchConfig, config_for_device
 from .tile_loop import (
     NEG_BIG,
@@ -42,7 +45,30 @@ from .tile_loop import (
     tma_sub_frames,
 )
 
-__all__ = ["PooledBlocks", "block_sparse_attention", "device_guard"]
+__all__ = ["PooledBlocks", "block_sparse_attention", "device_guard", "hopper_loop"]
+
+log = logging.getLogger("sparse_video_attention.kernels")
+
+# The Hopper loop is Gluon as Triton 3.6 has it. Older Tritons (the pack takes >= 3.2) have no
+# Gluon, or a warp_specialize of another signature: they run the portable kernel everywhere.
+HOPPER_LOOP_MIN_TRITON = (3, 6)
+
+
+@functools.lru_cache(maxsize=1)
+def hopper_loop():
+    """The module ``hopper_loop``, or None where this Triton cannot build it (logged once)."""
+    version = tuple(int(x) for x in re.findall(r"\d+", triton.__version__)[:2])
+    if version < HOPPER_LOOP_MIN_TRITON:
+        log.info("[sparse-video-attention] Triton %s: the warp-specialised Hopper loop needs Triton >= %d.%d; "
+                 "the portable kernel runs", triton.__version__, *HOPPER_LOOP_MIN_TRITON)
+        return None
+    try:
+        from . import hopper_loop as module
+    except Exception as exc:  # a build of Triton without the Gluon pieces the loop uses
+        log.warning("[sparse-video-attention] the warp-specialised Hopper loop does not load with Triton %s "
+                    "(%s: %s); the portable kernel runs", triton.__version__, type(exc).__name__, exc)
+        return None
+    return module
 
 
 @dataclass(frozen=True)
@@ -147,10 +173,12 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
         out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     bt = lay.block_tokens
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None
-    if config.warp_specialized and ws_supported(q, k, v, mask, sub_frames, config.num_stages, pooled is not None):
+    hopper = hopper_loop() if config.warp_specialized else None
+    if hopper is not None and hopper.ws_supported(q, k, v, mask, sub_frames, config.num_stages, pooled is not None):
         with device_guard(q):
-            return ws_block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base,
-                                             pooled=pooled, sub_frames=sub_frames, num_stages=config.num_stages)
+            return hopper.ws_block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base,
+                                                    pooled=pooled, sub_frames=sub_frames,
+                                                    num_stages=config.num_stages)
     descs = grid_descriptors((k, v), lay.grid, (sub_frames, lay.tile[1], lay.tile[2])) if sub_frames else None
     k_desc, v_desc = descs[0] if descs else (k, v)
     if block_n is None:

@@ -71,3 +71,61 @@ def test_never_under_the_interpreter():
     lay = row_major_layout(4096)
     q, k, v = qkv(4096)
     assert not ws_supported(q, k, v, mask_for(lay, 64), tma_sub_frames(lay.tile), 3, pooled=True)
+
+
+@pytest.fixture
+def fresh_loader():
+    from kernels.block_sparse import hopper_loop
+
+    hopper_loop.cache_clear()
+    yield hopper_loop
+    hopper_loop.cache_clear()
+
+
+def test_the_loop_loads_with_this_triton(fresh_loader):
+    import kernels.hopper_loop
+
+    assert fresh_loader() is kernels.hopper_loop
+
+
+@pytest.mark.parametrize("version", ["3.2.0", "3.5.1", "3.5.0+git1234"])
+def test_older_tritons_run_the_portable_kernel(fresh_loader, monkeypatch, caplog, version):
+    """The pack takes Triton >= 3.2; before 3.6 Gluon is missing or has another API."""
+    import triton
+
+    monkeypatch.setattr(triton, "__version__", version)
+    with caplog.at_level("INFO", logger="sparse_video_attention.kernels"):
+        assert fresh_loader() is None
+    assert "needs Triton >= 3.6" in caplog.text
+
+
+def test_a_triton_without_gluon_runs_the_portable_kernel(fresh_loader, monkeypatch, caplog):
+    import sys
+
+    import kernels
+
+    monkeypatch.delitem(sys.modules, "kernels.hopper_loop", raising=False)
+    monkeypatch.delattr(kernels, "hopper_loop", raising=False)
+    monkeypatch.setitem(sys.modules, "triton.experimental.gluon", None)  # import fails
+    with caplog.at_level("WARNING", logger="sparse_video_attention.kernels"):
+        assert fresh_loader() is None
+    assert "does not load" in caplog.text
+
+
+def test_the_engine_runs_without_the_hopper_loop(fresh_loader, monkeypatch):
+    """An engine call on the Hopper row with no loop available: the portable kernel, same result."""
+    import triton
+
+    import kernels
+    from kernels.launch_config import ARCHITECTURES
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 4 * 8 * 8, 2, 64, generator=g).to(torch.float16) for _ in range(3))
+    params = torch.tensor([[1, 0, 0, 2, 0, 0], [2, 0, 0, 1, 0, 0]])
+    kw = dict(grid=(4, 8, 8), params=params, tile=(2, 4, 8))
+    expected = kernels.psa_attention(q, k, v, config=ARCHITECTURES[(9, 0)], **kw)
+    fresh_loader.cache_clear()
+    monkeypatch.setattr(triton, "__version__", "3.4.0")
+    out = kernels.psa_attention(q, k, v, config=ARCHITECTURES[(9, 0)], **kw)
+    assert fresh_loader.cache_info().currsize == 1 and fresh_loader() is None  # the call asked, and got none
+    torch.testing.assert_close(out, expected)
