@@ -7,8 +7,8 @@ softmax in turn. Here a program splits that work (FlashAttention-3's layout):
 - one **producer** warp per key ring issues the TMA copies of K and V into a ring of
   ``STAGES`` shared-memory slots and moves on as soon as a slot is released;
 - two **consumer** warpgroups of 64 query rows each wait on a slot, run QKᵀ, the online
-  softmax and PV, and release the slot. While one warpgroup is in its softmax the other's
-  MMAs keep the tensor cores busy: the warp scheduler interleaves them.
+  softmax and PV, and release the slot. The warp scheduler interleaves the two warpgroups;
+  nothing forces them to alternate (FlashAttention-3's ping-pong is not here: NOTES #20-#22).
 
 Two ways to feed the consumers, chosen by the mask's query tile (``SHARED_LIST``):
 
@@ -22,8 +22,9 @@ Each consumer folds, in one online softmax and in this order: Sol's pooled term 
 (boxes of a 5D descriptor over the token grid; rows outside the grid's padding get -inf),
 the listed extra (text) blocks (boxes of a 3D descriptor over the sequence, rows past the
 block's length get -inf). The semantics are ``block_sparse``'s; the float references are the
-same. Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``); B200 needs
-tcgen05 MMAs and keeps the portable kernel.
+same. Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``), and only with
+Triton >= 3.6 (``block_sparse.hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable
+kernel.
 """
 
 import math
