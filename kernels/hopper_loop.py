@@ -80,13 +80,8 @@ class LoopShape:
     GRID_PADDED: gl.constexpr
 
     @constexpr_function
-    def __init__(self, HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W, SUB_T, GRID_HW, GRID_W, STAGES,
-                 SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS, POOLED, HAS_EXTRA, GRID_PADDED):
-        for name, value in dict(
-                HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_TOKENS=BLOCK_TOKENS, TILE_T=TILE_T, TILE_H=TILE_H,
-                TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES, SHARED_LIST=SHARED_LIST,
-                K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED,
-                HAS_EXTRA=HAS_EXTRA, GRID_PADDED=GRID_PADDED).items():
+    def __init__(self, **fields):
+        for name, value in fields.items():
             setattr(self, name, gl.constexpr(value))
 
 
@@ -153,13 +148,9 @@ class Ring:
     empty: gl.shared_memory_descriptor
 
     @constexpr_function
-    def __init__(self, q_bufs, k_ring, v_ring, k_ready, v_ready, empty):
-        self.q_bufs = q_bufs
-        self.k_ring = k_ring
-        self.v_ring = v_ring
-        self.k_ready = k_ready
-        self.v_ready = v_ready
-        self.empty = empty
+    def __init__(self, **fields):
+        for name, value in fields.items():
+            setattr(self, name, value)
 
 
 @gluon.jit
@@ -391,19 +382,23 @@ def _ws_block_sparse_kernel(
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
     ring_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
     RINGS: gl.constexpr = 1 if SHARED_LIST else 2
-    ring = Ring(gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout),
-                gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
-                gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
-                gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout()),
-                gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout()),
-                gl.allocate_shared_memory(gl.int64, [RINGS * STAGES, 1], mbarrier.MBarrierLayout()))
+    slot_barriers: gl.constexpr = [RINGS * STAGES, 1]
+    ring = Ring(q_bufs=gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout),
+                k_ring=gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                v_ring=gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                k_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
+                v_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
+                empty=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()))
     for s in gl.static_range(RINGS * STAGES):
         mbarrier.init(ring.k_ready.index(s), count=1)
         mbarrier.init(ring.v_ready.index(s), count=1)
         # A shared slot is free again once both consumers are done with it.
         mbarrier.init(ring.empty.index(s), count=3 - RINGS)
-    shape = LoopShape(HEAD_DIM, BLOCK_N, BLOCK_TOKENS, TILE_T, TILE_H, TILE_W, SUB_T, GRID_HW, GRID_W, STAGES,
-                      SHARED_LIST, K_HEADS_IN_COLUMNS, V_HEADS_IN_COLUMNS, POOLED, HAS_EXTRA, GRID_PADDED)
+    shape = LoopShape(HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_TOKENS=BLOCK_TOKENS, TILE_T=TILE_T, TILE_H=TILE_H,
+                      TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES,
+                      SHARED_LIST=SHARED_LIST, K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS,
+                      V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED, HAS_EXTRA=HAS_EXTRA,
+                      GRID_PADDED=GRID_PADDED)
     call = LoopCall(
         Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, LOG2_LEN=LOG2_LEN,
         ROUTED_BITS=ROUTED_BITS, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ, v_seq=V_SEQ, k_pool=K_POOL,
@@ -422,6 +417,7 @@ def _ws_block_sparse_kernel(
         gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
                             (_producer, (call, ring, shape, 0)), (_producer, (call, ring, shape, 1))],
                            [4, 1, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
+
 
 # Shared memory a launch may fill (of the 227 KB a block may ask for on sm_90), leaving room
 # for the barriers and the compiler's scratch.
