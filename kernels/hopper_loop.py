@@ -146,6 +146,7 @@ class Ring:
     k_ready: gl.shared_memory_descriptor
     v_ready: gl.shared_memory_descriptor
     empty: gl.shared_memory_descriptor
+    turn: gl.shared_memory_descriptor
 
     @constexpr_function
     def __init__(self, **fields):
@@ -269,6 +270,69 @@ def _attend(acc, m_i, l_i, q_smem, ring, slot, phase, bias, qk_scale_log2,
 
 
 @gluon.jit
+def _attend_in_turn(acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns, q_smem, ring, slot, phase, bias,
+                    qk_scale_log2, c: gl.constexpr, s_layout: gl.constexpr, acc_layout: gl.constexpr,
+                    p_layout: gl.constexpr, BLOCK_N: gl.constexpr):
+    """One key tile, ping-pong (FlashAttention-3): the two consumers of a shared ring take
+    turns at the tensor cores. In its turn a consumer issues the previous tile's PV and this
+    tile's QKᵀ and hands the turn over; its softmax then runs while the other's MMAs do.
+    ``p_prev`` (zeros before the first tile, with ``prev_slot`` this tile's) is the previous
+    tile's P; ``turns`` counts this consumer's turns (the parity of the turn barrier)."""
+    mbarrier.wait(ring.turn.index(c), (turns & 1) ^ (1 if c == 0 else 0))
+    v_prev = ring.v_ring.index(prev_slot)
+    mbarrier.wait(ring.v_ready.index(prev_slot), prev_phase)
+    acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)
+    k_buf = ring.k_ring.index(slot)
+    mbarrier.wait(ring.k_ready.index(slot), phase)
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+                      use_acc=False, is_async=True)
+    mbarrier.arrive(ring.turn.index(1 - c), count=1)
+    acc, s, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s, q_smem, k_buf, v_prev))
+    mbarrier.arrive(ring.empty.index(prev_slot), count=1, pred=has_prev)
+    s = s * qk_scale_log2 + bias[None, :]
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
+    p_op = gl.convert_layout(p.to(v_prev.dtype), p_layout)
+    return acc, m_new, l_i, p_op, slot, phase, turns >= 0, turns + 1
+
+
+@gluon.jit
+def _step(acc, m_i, l_i, pp, q_smem, ring, slot, phase, bias, qk_scale_log2, c: gl.constexpr,
+          s_layout: gl.constexpr, acc_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
+          IN_TURN: gl.constexpr):
+    """One key tile: ping-pong on a shared ring (``_attend_in_turn``), else ``_attend``."""
+    if IN_TURN:
+        p_prev, prev_slot, prev_phase, has_prev, turns = pp
+        acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns = _attend_in_turn(
+            acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns, q_smem, ring, slot, phase, bias,
+            qk_scale_log2, c, s_layout, acc_layout, p_layout, BLOCK_N)
+        pp = (p_prev, prev_slot, prev_phase, has_prev, turns)
+    else:
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, ring, slot, phase, bias, qk_scale_log2,
+                                s_layout, p_layout, acc_layout, BLOCK_N)
+    return acc, m_i, l_i, pp
+
+
+@gluon.jit
+def _last_pv_in_turn(acc, pp, ring, c: gl.constexpr):
+    """The last tile's PV, in turn (both consumers of a shared ring run as many tiles, so
+    they take the same number of turns)."""
+    p_prev, prev_slot, prev_phase, has_prev, turns = pp
+    if has_prev:
+        mbarrier.wait(ring.turn.index(c), (turns & 1) ^ (1 if c == 0 else 0))
+        v_prev = ring.v_ring.index(prev_slot)
+        mbarrier.wait(ring.v_ready.index(prev_slot), prev_phase)
+        acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)
+        mbarrier.arrive(ring.turn.index(1 - c), count=1)
+        acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_prev))
+        mbarrier.arrive(ring.empty.index(prev_slot), count=1)
+    return acc
+
+
+@gluon.jit
 def _consumer(call, ring, shape, c: gl.constexpr):
     """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
     b = gl.program_id(1)
@@ -308,6 +372,10 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
+    # Ping-pong state (shared rings only): previous P, its slot and phase, whether there is
+    # one, this consumer's turns. Before the first tile P is zero against the first tile's V.
+    zero = n_grid * 0  # run-time zero: loop-carried state must not start as a constexpr
+    pp = (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), zero + base, zero, zero > 0, zero)
     i = 0
     if shape.POOLED:
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
@@ -319,8 +387,8 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             words = gl.load(bits + cols // 64, mask=col_ok, other=0)
             routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
             bias = gl.load(call.LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
-                                    call.qk_scale_log2, s_layout, p_layout, acc_layout, BLOCK_N)
+            acc, m_i, l_i, pp = _step(acc, m_i, l_i, pp, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
+                                   call.qk_scale_log2, c, s_layout, acc_layout, p_layout, BLOCK_N, shape.SHARED_LIST)
             i += 1
     SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
@@ -337,8 +405,8 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             bias = gl.where(inside, 0.0, float("-inf"))
         else:
             bias = zero_bias
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
-                                call.qk_scale_log2, s_layout, p_layout, acc_layout, BLOCK_N)
+        acc, m_i, l_i, pp = _step(acc, m_i, l_i, pp, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
+                                  call.qk_scale_log2, c, s_layout, acc_layout, p_layout, BLOCK_N, shape.SHARED_LIST)
         i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA:
@@ -346,10 +414,12 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
             length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
-                                    call.qk_scale_log2, s_layout, p_layout, acc_layout, BLOCK_N)
+            acc, m_i, l_i, pp = _step(acc, m_i, l_i, pp, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
+                                   call.qk_scale_log2, c, s_layout, acc_layout, p_layout, BLOCK_N, shape.SHARED_LIST)
             i += 1
 
+    if shape.SHARED_LIST:
+        acc = _last_pv_in_turn(acc, pp, ring, c)
     # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out.
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
     l_acc = gl.convert_layout(l_i, row_layout)
@@ -388,7 +458,10 @@ def _ws_block_sparse_kernel(
                 v_ring=gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
                 k_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 v_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
-                empty=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()))
+                empty=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
+                turn=gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()))
+    mbarrier.init(ring.turn.index(0), count=1)
+    mbarrier.init(ring.turn.index(1), count=1)
     for s in gl.static_range(RINGS * STAGES):
         mbarrier.init(ring.k_ready.index(s), count=1)
         mbarrier.init(ring.v_ready.index(s), count=1)
