@@ -8,7 +8,8 @@ softmax in turn. Here a program splits that work (FlashAttention-3's layout):
   ``STAGES`` shared-memory slots and moves on as soon as a slot is released;
 - two **consumer** warpgroups of 64 query rows each wait on a slot, run QKᵀ, the online
   softmax and PV, and release the slot. The warp scheduler interleaves the two warpgroups;
-  nothing forces them to alternate (FlashAttention-3's ping-pong is not here: NOTES #20-#22).
+  on a shared ring (below) they take turns at the tensor cores, FlashAttention-3's
+  ping-pong: one consumer's softmax runs while the other's MMAs do (NOTES #23).
 
 Two ways to feed the consumers, chosen by the mask's query tile (``SHARED_LIST``):
 
@@ -245,91 +246,113 @@ def _producer(call, ring, shape, c: gl.constexpr):
             i += 1
 
 
+@aggregate
+class Consumer:
+    """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
+    it waits on), whether it takes turns with the other consumer (``PING_PONG``), the layouts
+    of its scores, accumulator and P operand, and the softmax scale."""
+
+    c: gl.constexpr
+    PING_PONG: gl.constexpr
+    BLOCK_N: gl.constexpr
+    s_layout: gl.constexpr
+    acc_layout: gl.constexpr
+    p_layout: gl.constexpr
+    qk_scale_log2: _SCALAR
+
+    @constexpr_function
+    def __init__(self, **fields):
+        for name, value in fields.items():
+            setattr(self, name, value if isinstance(value, gl.tensor) else gl.constexpr(value))
+
+
 @gluon.jit
-def _attend(acc, m_i, l_i, q_smem, ring, slot, phase, bias, qk_scale_log2,
-            s_layout: gl.constexpr, p_layout: gl.constexpr, acc_layout: gl.constexpr, BLOCK_N: gl.constexpr):
-    """One key tile of the online softmax: scores against ring slot ``slot`` plus ``bias``."""
-    k_buf = ring.k_ring.index(slot)
-    v_buf = ring.v_ring.index(slot)
-    mbarrier.wait(ring.k_ready.index(slot), phase)
-    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
-                      use_acc=False, is_async=True)
-    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
-    s = s * qk_scale_log2 + bias[None, :]
+def _softmax_update(s, m_i, l_i, acc, bias, me):
+    """Fold the scores ``s`` (+ ``bias``) of one key tile into the running max and sum and
+    rescale the accumulator; returns P as the PV operand."""
+    s = s * me.qk_scale_log2 + bias[None, :]
     m_new = gl.maximum(m_i, gl.max(s, 1))
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, 1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
-    p_op = gl.convert_layout(p.to(v_buf.dtype), p_layout)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, me.acc_layout))[:, None]
+    return m_new, l_i, acc, p
+
+
+@gluon.jit
+def _attend(state, q_smem, ring, slot, phase, bias, me):
+    """One key tile of the online softmax against ring slot ``slot``; ``state`` is the
+    accumulator, the running max and the running sum."""
+    acc, m_i, l_i = state
+    k_buf = ring.k_ring.index(slot)
+    v_buf = ring.v_ring.index(slot)
+    mbarrier.wait(ring.k_ready.index(slot), phase)
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], gl.float32, me.s_layout),
+                      use_acc=False, is_async=True)
+    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, me)
+    p_op = gl.convert_layout(p.to(v_buf.dtype), me.p_layout)
     mbarrier.wait(ring.v_ready.index(slot), phase)
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
     mbarrier.arrive(ring.empty.index(slot), count=1)
-    return acc, m_new, l_i
+    return acc, m_i, l_i
 
 
 @gluon.jit
-def _attend_in_turn(acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns, q_smem, ring, slot, phase, bias,
-                    qk_scale_log2, c: gl.constexpr, s_layout: gl.constexpr, acc_layout: gl.constexpr,
-                    p_layout: gl.constexpr, BLOCK_N: gl.constexpr):
-    """One key tile, ping-pong (FlashAttention-3): the two consumers of a shared ring take
-    turns at the tensor cores. In its turn a consumer issues the previous tile's PV and this
-    tile's QKᵀ and hands the turn over; its softmax then runs while the other's MMAs do.
-    ``p_prev`` (zeros before the first tile, with ``prev_slot`` this tile's) is the previous
-    tile's P; ``turns`` counts this consumer's turns (the parity of the turn barrier)."""
+def _take_turn(ring, turns, c: gl.constexpr):
+    """Wait for turn number ``turns`` of consumer ``c`` (consumer 0 has the first)."""
     mbarrier.wait(ring.turn.index(c), (turns & 1) ^ (1 if c == 0 else 0))
+
+
+@gluon.jit
+def _attend_in_turn(state, q_smem, ring, slot, phase, bias, me):
+    """``_attend`` ping-pong (FlashAttention-3), for the two consumers of a shared ring: they
+    take turns at the tensor cores. In its turn a consumer issues the previous tile's PV and
+    this tile's QKᵀ and hands the turn over; its softmax then runs while the other's MMAs do.
+    ``state`` adds the previous tile's P (zeros before the first tile, whose slot stands in
+    for the previous one), its slot and phase, whether it exists, and the turns taken."""
+    acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns = state
+    _take_turn(ring, turns, me.c)
     v_prev = ring.v_ring.index(prev_slot)
     mbarrier.wait(ring.v_ready.index(prev_slot), prev_phase)
     acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)
     k_buf = ring.k_ring.index(slot)
     mbarrier.wait(ring.k_ready.index(slot), phase)
-    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], gl.float32, me.s_layout),
                       use_acc=False, is_async=True)
-    mbarrier.arrive(ring.turn.index(1 - c), count=1)
+    mbarrier.arrive(ring.turn.index(1 - me.c), count=1)
     acc, s, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s, q_smem, k_buf, v_prev))
     mbarrier.arrive(ring.empty.index(prev_slot), count=1, pred=has_prev)
-    s = s * qk_scale_log2 + bias[None, :]
-    m_new = gl.maximum(m_i, gl.max(s, 1))
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(s - m_new[:, None])
-    l_i = l_i * alpha + gl.sum(p, 1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, acc_layout))[:, None]
-    p_op = gl.convert_layout(p.to(v_prev.dtype), p_layout)
-    return acc, m_new, l_i, p_op, slot, phase, turns >= 0, turns + 1
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, me)
+    p_op = gl.convert_layout(p.to(v_prev.dtype), me.p_layout)
+    return acc, m_i, l_i, p_op, slot, phase, turns >= 0, turns + 1
 
 
 @gluon.jit
-def _step(acc, m_i, l_i, pp, q_smem, ring, slot, phase, bias, qk_scale_log2, c: gl.constexpr,
-          s_layout: gl.constexpr, acc_layout: gl.constexpr, p_layout: gl.constexpr, BLOCK_N: gl.constexpr,
-          IN_TURN: gl.constexpr):
-    """One key tile: ping-pong on a shared ring (``_attend_in_turn``), else ``_attend``."""
-    if IN_TURN:
-        p_prev, prev_slot, prev_phase, has_prev, turns = pp
-        acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns = _attend_in_turn(
-            acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns, q_smem, ring, slot, phase, bias,
-            qk_scale_log2, c, s_layout, acc_layout, p_layout, BLOCK_N)
-        pp = (p_prev, prev_slot, prev_phase, has_prev, turns)
+def _step(state, q_smem, ring, slot, phase, bias, me):
+    """One key tile: in turn on a shared ring, else on the consumer's own."""
+    if me.PING_PONG:
+        state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, me)
     else:
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q_smem, ring, slot, phase, bias, qk_scale_log2,
-                                s_layout, p_layout, acc_layout, BLOCK_N)
-    return acc, m_i, l_i, pp
+        state = _attend(state, q_smem, ring, slot, phase, bias, me)
+    return state
 
 
 @gluon.jit
-def _last_pv_in_turn(acc, pp, ring, c: gl.constexpr):
+def _last_pv_in_turn(state, ring, c: gl.constexpr):
     """The last tile's PV, in turn (both consumers of a shared ring run as many tiles, so
-    they take the same number of turns)."""
-    p_prev, prev_slot, prev_phase, has_prev, turns = pp
+    they take the same number of turns); returns the accumulator and the running sum."""
+    acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns = state
     if has_prev:
-        mbarrier.wait(ring.turn.index(c), (turns & 1) ^ (1 if c == 0 else 0))
+        _take_turn(ring, turns, c)
         v_prev = ring.v_ring.index(prev_slot)
         mbarrier.wait(ring.v_ready.index(prev_slot), prev_phase)
         acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)
         mbarrier.arrive(ring.turn.index(1 - c), count=1)
         acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_prev))
         mbarrier.arrive(ring.empty.index(prev_slot), count=1)
-    return acc
+    return acc, l_i
 
 
 @gluon.jit
@@ -367,15 +390,16 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     q_smem.store(q)
     fence_async_shared()
 
-    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout)
-    m_i = gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout))
-    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
-    # Ping-pong state (shared rings only): previous P, its slot and phase, whether there is
-    # one, this consumer's turns. Before the first tile P is zero against the first tile's V.
-    zero = n_grid * 0  # run-time zero: loop-carried state must not start as a constexpr
-    pp = (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), zero + base, zero, zero > 0, zero)
+    me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, acc_layout=acc_layout,
+                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
+    state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
+             gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout)),
+             gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout)))
+    if shape.SHARED_LIST:
+        zero = n_grid * 0  # run-time zero: loop-carried state must not start as a constexpr
+        state = state + (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), zero + base, zero, zero > 0, zero)
     i = 0
     if shape.POOLED:
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
@@ -387,8 +411,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             words = gl.load(bits + cols // 64, mask=col_ok, other=0)
             routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
             bias = gl.load(call.LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
-            acc, m_i, l_i, pp = _step(acc, m_i, l_i, pp, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
-                                   call.qk_scale_log2, c, s_layout, acc_layout, p_layout, BLOCK_N, shape.SHARED_LIST)
+            state = _step(state, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias, me)
             i += 1
     SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
@@ -405,8 +428,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             bias = gl.where(inside, 0.0, float("-inf"))
         else:
             bias = zero_bias
-        acc, m_i, l_i, pp = _step(acc, m_i, l_i, pp, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
-                                  call.qk_scale_log2, c, s_layout, acc_layout, p_layout, BLOCK_N, shape.SHARED_LIST)
+        state = _step(state, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias, me)
         i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA:
@@ -414,12 +436,13 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
             length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
-            acc, m_i, l_i, pp = _step(acc, m_i, l_i, pp, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias,
-                                   call.qk_scale_log2, c, s_layout, acc_layout, p_layout, BLOCK_N, shape.SHARED_LIST)
+            state = _step(state, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias, me)
             i += 1
 
     if shape.SHARED_LIST:
-        acc = _last_pv_in_turn(acc, pp, ring, c)
+        acc, l_i = _last_pv_in_turn(state, ring, c)
+    else:
+        acc, m_i, l_i = state
     # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out.
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
     l_acc = gl.convert_layout(l_i, row_layout)
