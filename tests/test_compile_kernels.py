@@ -24,11 +24,24 @@ def compile_all(tmp_path, extra_path=None):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if extra_path:
         env["PYTHONPATH"] = str(extra_path)
-    out = tmp_path / "compiled.json"
+    out, ptx = tmp_path / "compiled.json", tmp_path / "ptx.json"
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "compile_kernels.py"), "--arch", ",".join(ARCHS),
-                          "--json", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+                          "--json", str(out), "--ptx", str(ptx)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
-    return json.loads(out.read_text()), run.stdout
+    table = json.loads(out.read_text())
+    check_ptx(table, json.loads(ptx.read_text()))
+    return table, run.stdout
+
+
+def check_ptx(table, ptx):
+    """--ptx holds every compiled launch, and the Hopper loop's hold its warpgroup MMAs."""
+    launches = ptx["launches"]
+    assert set(launches) == {f"{r['arch']} {r['kernel']} {r['case']}" for r in table["rows"]}
+    for key, counts in launches.items():
+        assert sum(counts.values()) > 100, key
+        if "_ws_block_sparse_kernel" in key:
+            assert any(i.startswith("wgmma.mma_async") for i in counts), key
 
 
 def check_table(table):
@@ -95,3 +108,50 @@ def test_launches_are_compiled_with_the_jits_argument_specialisation(tmp_path):
     signature = run.stdout.split("signature:", 1)[1]
     assert "%row_stride: i32 {tt.divisibility = 16 : i32}" in signature, signature
     assert "%n_rows" not in signature, signature
+
+
+PTX_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from compile_kernels import compare_instructions, ptx_instructions
+
+before = ptx_instructions("\n".join([
+    ".visible .entry k(", "{", "\t.reg .b32 %r<9>;", "$L__BB0_1:", "\tadd.s32 %r3, %r1, %r2; // a comment",
+    "\t.loc 1 12 4", "\tbra.uni $L__BB0_1;", "}", ".section\t.debug_info", "\t.b8 87 // DW_AT_call_column"]))
+renumbered = ptx_instructions("\n".join([
+    ".visible .entry k(", "{", "\t.reg .b32 %r<12>;", "$L__BB0_7:", "\tadd.s32 %r5, %r4, %r6;",
+    "\tbra.uni $L__BB0_7;", "}", ".section\t.debug_info", "\t.b8 90 // DW_AT_call_column"]))
+changed = ptx_instructions("\n".join([".visible .entry k(", "\tmul.lo.s32 %r5, %r4, %r6;", "\tbra.uni $L__BB0_7;"]))
+print(sorted(before.items()))
+print(before == renumbered)
+for line in compare_instructions({"a": before, "b": before}, {"a": renumbered, "b": changed, "c": changed}):
+    print(line)
+"""
+
+
+def test_ptx_instructions_ignore_renumbering_and_compare_launches(tmp_path):
+    """--ptx / --ptx-against: register numbers, labels, comments, .loc lines and debug sections
+    do not count, nor how many registers are declared; another instruction does, and a launch
+    the old file lacks is new."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    probe = tmp_path / "ptx_probe.py"
+    probe.write_text(PTX_PROBE)
+    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == ("[('.reg .b32 %r<n>;', 1), ('.visible .entry k(', 1), ('add.s32 %r, %r, %r;', 1), "
+                        "('bra.uni $L;', 1)]"), lines[0]
+    assert lines[1] == "True"
+    assert lines[2] == "same      a"
+    assert lines[3].startswith("differs   b: +1 / -2 instructions (+1 mul.lo.s32 %r, %r, %r;"), lines[3]
+    assert lines[4] == "new       c"
+
+
+def test_ptx_against_a_file_that_is_not_one_is_a_usage_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rows": []}')
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "compile_kernels.py"), "--arch", "sm_90",
+                          "--ptx-against", str(bad)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "--ptx-against" in run.stderr and "not a --ptx file" in run.stderr, run.stderr

@@ -13,11 +13,15 @@ It never runs a kernel.
 One line per (architecture, kernel variant): shared memory against the architecture's limit
 per block, registers per thread (``cuobjdump -res-usage`` of the cubin), spills. Exit 1 when
 any launch fails to compile or asks for more shared memory than its architecture has.
-``--json FILE`` also writes the table. Must run without TRITON_INTERPRET.
+``--json FILE`` also writes the table. ``--ptx FILE`` writes every launch's PTX instructions
+(register numbers, labels, comments and debug sections dropped, counted), and ``--ptx-against
+FILE`` compares this build's with such a file: a refactor that should not change the code can
+be checked without a GPU. Must run without TRITON_INTERPRET.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -171,6 +175,39 @@ def capture_launches(config):
     return launches
 
 
+def ptx_instructions(ptx: str) -> collections.Counter:
+    """The instructions of a PTX text, counted, with what a harmless change renumbers dropped:
+    register numbers and counts, labels, comments, ``.loc`` lines and the debug sections."""
+    counts = collections.Counter()
+    for line in ptx.split(".section\t.debug")[0].splitlines():
+        line = line.split("//")[0].strip()
+        if not line or line in ("{", "}") or line.endswith(":") or line.startswith((".loc", ".file")):
+            continue
+        line = re.sub(r"%[a-z]+\d+", "%r", " ".join(line.split()))
+        line = re.sub(r"<\d+>", "<n>", line)  # register declarations: how many, not which
+        counts[re.sub(r"\$L__\w+", "$L", line)] += 1
+    return counts
+
+
+def compare_instructions(before: dict, after: dict) -> list[str]:
+    """One line per launch of ``after``: whether its instructions equal ``before``'s."""
+    lines = []
+    for key, new in after.items():
+        old = before.get(key)
+        if old is None:
+            lines.append(f"new       {key}")
+            continue
+        old, new = collections.Counter(old), collections.Counter(new)
+        added, removed = new - old, old - new
+        if not added and not removed:
+            lines.append(f"same      {key}")
+        else:
+            shown = ", ".join([f"+{c} {i}" for i, c in list(added.items())[:3]]
+                              + [f"-{c} {i}" for i, c in list(removed.items())[:3]])
+            lines.append(f"differs   {key}: +{sum(added.values())} / -{sum(removed.values())} instructions ({shown})")
+    return lines
+
+
 def parse_archs(text: str) -> list[int]:
     out = []
     for part in text.split(","):
@@ -185,7 +222,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python tools/compile_kernels.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default=DEFAULT_ARCHS, help=f"comma-separated targets (default {DEFAULT_ARCHS})")
     ap.add_argument("--json", help="also write the table to this file")
+    ap.add_argument("--ptx", help="also write every launch's counted PTX instructions to this file")
+    ap.add_argument("--ptx-against", help="compare every launch's PTX instructions with this --ptx file")
     args = ap.parse_args(argv)
+    before = None
+    if args.ptx_against:
+        try:
+            with open(args.ptx_against) as f:
+                before = json.load(f)["launches"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--ptx-against {args.ptx_against}: not a --ptx file ({type(e).__name__}: {e})")
+    instructions = {}
     # The launchers refuse CPU tensors unless interpreting; here they only build the launches.
     checks.kernel_device_ok = lambda device: True
     failures, rows = 0, []
@@ -207,6 +254,7 @@ def main(argv=None) -> int:
             try:
                 compiled = compile_call(launch.fn, cargs, kw, cap)
                 row.update(shared=compiled.metadata.shared, **resource_usage(compiled.asm["cubin"]))
+                instructions[f"sm_{cap} {kernel} {case}"] = ptx_instructions(compiled.asm["ptx"])
                 row["fits"] = row["shared"] <= limit
                 failures += not row["fits"]
                 print(f"{'ok  ' if row['fits'] else 'FAIL'} sm_{cap} {kernel:<21} {case}: TMA={row['tma']} WS={ws} "
@@ -220,6 +268,12 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"triton": triton.__version__, "rows": rows}, f, indent=1)
+    if args.ptx:
+        with open(args.ptx, "w") as f:
+            json.dump({"triton": triton.__version__, "launches": instructions}, f)
+    if before is not None:
+        for line in compare_instructions(before, instructions):
+            print(line, flush=True)
     print(f"{len(rows)} launches compiled, {failures} failed", flush=True)
     return 1 if failures else 0
 
