@@ -45,6 +45,8 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=2, help="2: CFG's conditional and unconditional halves")
     ap.add_argument("--extra-tokens", type=int, default=0, help="text tokens after the grid (HunyuanVideo: 256)")
     ap.add_argument("--heads-first", action="store_true", help="q/k/v stored (B, H, L, D), as HunyuanVideo hands them over")
+    ap.add_argument("--grid", default="", help="T,H,W to time the preset's masks on instead of its own grid "
+                    "(the block grid must stay the same: e.g. 21,48,80 for a 21,45,80 preset, without its padding)")
     ap.add_argument("--layers", default="", help="comma-separated layers (default: all)")
     ap.add_argument("--rep-ms", type=int, default=200)
     ap.add_argument("--out", required=True)
@@ -53,6 +55,11 @@ def main(argv=None):
         preset = load_preset(args.preset) if os.path.isfile(args.preset) else load_preset(args.preset, [PRESET_DIR])
     except ValueError as e:
         ap.error(f"--preset: {e}")
+    if args.grid:
+        try:
+            preset = preset.params_for_grid(tuple(int(x) for x in args.grid.split(",")))
+        except ValueError as e:
+            ap.error(f"--grid: {e}")
     layers = [int(x) for x in args.layers.split(",") if x] or list(range(preset.num_layers))
     bad = [x for x in layers if not 0 <= x < preset.num_layers]
     if bad:
@@ -82,7 +89,8 @@ def main(argv=None):
         print(f"layer {layer:2d} density {density:.3f} psa {ms:7.2f} ms ({t_dense / ms:.2f}x, "
               f"{rows[-1]['share_of_ideal']:.0%} of ideal)", flush=True)
     summary = summarise(rows, t_dense)
-    print(f"cuDNN {t_dense:.2f} ms per layer; {len(rows)} layers: psa {total:.1f} ms, ideal {ideal:.1f} ms "
+    print(f"cuDNN {t_dense:.2f} ms per layer; {len(rows)} layers: psa {summary['psa_ms_sum']:.1f} ms, "
+          f"ideal {summary['ideal_ms_sum']:.1f} ms "
           f"({summary['share_of_ideal']:.0%}), {summary['speedup']:.2f}x", flush=True)
     result = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                   device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,

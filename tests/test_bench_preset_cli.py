@@ -29,3 +29,9 @@ def test_summary_adds_the_layers_against_cudnn_times_density():
     assert s["psa_ms_sum"] == 320.0 and s["ideal_ms_sum"] == pytest.approx(260.0)
     assert s["share_of_ideal"] == pytest.approx(260.0 / 320.0)
     assert s["speedup"] == pytest.approx(800.0 / 320.0)
+
+
+@pytest.mark.parametrize("grid", ["21,90,80", "21,x,80"])
+def test_grid_with_another_block_grid_is_a_usage_error(tmp_path, capsys, grid):
+    err = _usage_error(tmp_path, capsys, "--preset", "wan2.1_14b_720p_81f.json", "--grid", grid)
+    assert "--grid" in err
