@@ -43,6 +43,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.language.core import _aggregate as aggregate
+from triton.language.core import base_value
 
 __all__ = ["ROWS", "ws_block_sparse_attention", "ws_supported"]
 
@@ -55,6 +56,16 @@ KERNEL_MAXNREG = 168  # 12 warps (3 warpgroups) × 168 registers fill the 64K re
 
 # A scalar argument equal to 1 reaches the kernel as a constexpr (Triton's specialisation).
 _SCALAR = (gl.tensor, gl.constexpr)
+
+
+@constexpr_function  # a plain function here is not one the JIT's dependency hash takes
+def _set_fields(aggregate_value, fields):
+    """The keyword constructor of the aggregates below: Gluon values (tensors, shared memory,
+    TMA descriptors) are kept, anything else (numbers, layouts, flags; specialised scalars
+    arrive as Python numbers) becomes a constexpr."""
+    for name, value in fields.items():
+        keep = isinstance(value, base_value) and not isinstance(value, gl.constexpr)
+        setattr(aggregate_value, name, value if keep else gl.constexpr(value))
 
 
 @aggregate
@@ -82,8 +93,7 @@ class LoopShape:
 
     @constexpr_function
     def __init__(self, **fields):
-        for name, value in fields.items():
-            setattr(self, name, gl.constexpr(value))
+        _set_fields(self, fields)
 
 
 @aggregate
@@ -131,9 +141,7 @@ class LoopCall:
 
     @constexpr_function
     def __init__(self, **fields):
-        for name, value in fields.items():
-            # constexpr_function hands specialised scalars over as Python numbers.
-            setattr(self, name, gl.constexpr(value) if isinstance(value, (int, float)) else value)
+        _set_fields(self, fields)
 
 
 @aggregate
@@ -151,8 +159,7 @@ class Ring:
 
     @constexpr_function
     def __init__(self, **fields):
-        for name, value in fields.items():
-            setattr(self, name, value)
+        _set_fields(self, fields)
 
 
 @gluon.jit
@@ -262,8 +269,7 @@ class Consumer:
 
     @constexpr_function
     def __init__(self, **fields):
-        for name, value in fields.items():
-            setattr(self, name, value if isinstance(value, gl.tensor) else gl.constexpr(value))
+        _set_fields(self, fields)
 
 
 @gluon.jit
