@@ -187,6 +187,24 @@ def _work_item(call, shape, c: gl.constexpr):
 
 
 @gluon.jit
+def _ring_slot(shape, c: gl.constexpr, i):
+    """Slot and phase of step ``i`` of consumer ``c`` (PSA's consumers share ring 0, Sol's each
+    have their own): the producer and the consumer of a ring walk the same sequence."""
+    base = 0 if shape.SHARED_LIST else c * shape.STAGES
+    return base + i % shape.STAGES, (i // shape.STAGES) & 1
+
+
+@gluon.jit
+def _box_corner(blk, t, shape):
+    """Grid coordinates (frame, row, column) of the TMA box of step ``t`` of listed block ``blk``."""
+    SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
+    t0 = (blk // shape.GRID_HW) * shape.TILE_T + (t % SUB) * shape.SUB_T
+    h0 = ((blk % shape.GRID_HW) // shape.GRID_W) * shape.TILE_H
+    w0 = (blk % shape.GRID_W) * shape.TILE_W
+    return t0, h0, w0
+
+
+@gluon.jit
 def _produce_into(desc, coord, ring, slot, bar):
     """One TMA box of ``desc`` at ``coord`` into ring slot ``slot``, completing on ``bar``."""
     mbarrier.expect(bar, desc.block_type.nbytes)
@@ -207,9 +225,7 @@ def _producer(call, ring, shape, c: gl.constexpr):
     """Issue every K/V box consumer ``c``'s work item reads, in the order it reads them."""
     b = gl.program_id(1)
     h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, c)
-    STAGES: gl.constexpr = shape.STAGES
     BLOCK_N: gl.constexpr = shape.BLOCK_N
-    base = 0 if shape.SHARED_LIST else c * STAGES
     ids = call.IDS + list_row * call.list_stride
     if shape.K_HEADS_IN_COLUMNS:
         k_b = b
@@ -228,8 +244,9 @@ def _producer(call, ring, shape, c: gl.constexpr):
         pool_row = b * call.group_heads + hq // call.num_blocks
         n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
         for chunk in range(n_pool):
+            slot, phase = _ring_slot(shape, c, i)
             _produce_step(call.k_pool, call.v_pool, [pool_row, chunk * BLOCK_N, 0], [pool_row, chunk * BLOCK_N, 0],
-                          ring, base + i % STAGES, (i // STAGES) & 1)
+                          ring, slot, phase)
             i += 1
     SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
     n_steps = n_grid * SUB
@@ -237,19 +254,17 @@ def _producer(call, ring, shape, c: gl.constexpr):
     for t in range(n_steps):
         blk = blk_next
         blk_next = gl.load(ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0).to(gl.int32)
-        t0 = (blk // shape.GRID_HW) * shape.TILE_T + (t % SUB) * shape.SUB_T
-        h0 = ((blk % shape.GRID_HW) // shape.GRID_W) * shape.TILE_H
-        w0 = (blk % shape.GRID_W) * shape.TILE_W
-        _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col],
-                      ring, base + i % STAGES, (i // STAGES) & 1)
+        t0, h0, w0 = _box_corner(blk, t, shape)
+        slot, phase = _ring_slot(shape, c, i)
+        _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring, slot, phase)
         i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
             row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS + (t % XSUB) * BLOCK_N
-            _produce_step(call.k_seq, call.v_seq, [k_b, row, k_col], [v_b, row, v_col],
-                          ring, base + i % STAGES, (i // STAGES) & 1)
+            slot, phase = _ring_slot(shape, c, i)
+            _produce_step(call.k_seq, call.v_seq, [k_b, row, k_col], [v_b, row, v_col], ring, slot, phase)
             i += 1
 
 
@@ -368,11 +383,9 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, c)
     HEAD_DIM: gl.constexpr = shape.HEAD_DIM
     BLOCK_N: gl.constexpr = shape.BLOCK_N
-    STAGES: gl.constexpr = shape.STAGES
     TILE_T: gl.constexpr = shape.TILE_T
     TILE_H: gl.constexpr = shape.TILE_H
     TILE_W: gl.constexpr = shape.TILE_W
-    base = 0 if shape.SHARED_LIST else c * STAGES
 
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -405,7 +418,8 @@ def _consumer(call, ring, shape, c: gl.constexpr):
              gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout)))
     if shape.SHARED_LIST:
         zero = n_grid * 0  # run-time zero: loop-carried state must not start as a constexpr
-        state = state + (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), zero + base, zero, zero > 0, zero)
+        first_slot, _ = _ring_slot(shape, c, zero)
+        state = state + (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), first_slot, zero, zero > 0, zero)
     i = 0
     if shape.POOLED:
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
@@ -417,7 +431,8 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             words = gl.load(bits + cols // 64, mask=col_ok, other=0)
             routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
             bias = gl.load(call.LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
-            state = _step(state, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias, me)
+            slot, phase = _ring_slot(shape, c, i)
+            state = _step(state, q_smem, ring, slot, phase, bias, me)
             i += 1
     SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
@@ -426,15 +441,13 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     zero_bias = gl.zeros([BLOCK_N], gl.float32, col_layout)
     for t in range(n_grid * SUB):
         if shape.GRID_PADDED:
-            blk = gl.load(ids + t // SUB).to(gl.int32)
-            t0 = (blk // shape.GRID_HW) * TILE_T + (t % SUB) * shape.SUB_T
-            inside = ((t0 + box_t < call.tokens_t)
-                      & (((blk % shape.GRID_HW) // shape.GRID_W) * TILE_H + box_h < call.tokens_h)
-                      & ((blk % shape.GRID_W) * TILE_W + box_w < call.tokens_w))
+            t0, h0, w0 = _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape)
+            inside = (t0 + box_t < call.tokens_t) & (h0 + box_h < call.tokens_h) & (w0 + box_w < call.tokens_w)
             bias = gl.where(inside, 0.0, float("-inf"))
         else:
             bias = zero_bias
-        state = _step(state, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias, me)
+        slot, phase = _ring_slot(shape, c, i)
+        state = _step(state, q_smem, ring, slot, phase, bias, me)
         i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA:
@@ -442,7 +455,8 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
             length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
-            state = _step(state, q_smem, ring, base + i % STAGES, (i // STAGES) & 1, bias, me)
+            slot, phase = _ring_slot(shape, c, i)
+            state = _step(state, q_smem, ring, slot, phase, bias, me)
             i += 1
 
     if shape.SHARED_LIST:
