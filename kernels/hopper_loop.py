@@ -16,16 +16,19 @@ Two ways to feed the consumers, chosen by the mask's query tile (``SHARED_LIST``
 - 128-row tiles (PSA): both warpgroups take the halves of one tile and read one ring: every
   K/V tile in shared memory serves 128 query rows;
 - 64-row tiles (Sol-Attn's 64-token blocks): each warpgroup runs its own work item with its
-  own key list and its own ring and producer.
+  own key list and its own ring and producer. When both items are in one head they read the
+  same pooled chunks: producer 0 loads them once, into ring 0, for both consumers.
 
 Each consumer folds, in one online softmax and in this order: Sol's pooled term (chunks of
 ``BLOCK_N`` pooled blocks, the routed ones masked out by the bitmap), the listed grid blocks
 (boxes of a 5D descriptor over the token grid; rows outside the grid's padding get -inf),
 the listed extra (text) blocks (boxes of a 3D descriptor over the sequence, rows past the
-block's length get -inf). The semantics are ``block_sparse``'s; the float references are the
-same. Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``), and only with
-Triton >= 3.6 (``block_sparse.hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable
-kernel.
+block's length get -inf). On both 720p grids (45 = 5·8 + 5 rows) 3×8×W tiles run the edge
+cover (``edge_cover``): the last block row's 3·5·W keys in 2 steps instead of 3, each step
+two boxes of half a slot, so no step reads the padding (NOTES #25). The semantics are
+``block_sparse``'s; the float references are the same. Only Hopper builds this kernel
+(``launch_config``'s ``warp_specialized``), and only with Triton >= 3.6
+(``block_sparse.hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable kernel.
 """
 
 import math
@@ -45,7 +48,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.language.core import _aggregate as aggregate
 from triton.language.core import base_value
 
-__all__ = ["ROWS", "ws_block_sparse_attention", "ws_supported"]
+__all__ = ["ROWS", "edge_cover", "key_steps", "ws_block_sparse_attention", "ws_supported"]
 
 ROWS = gl.constexpr(64)  # query rows of one consumer warpgroup: the M of a Hopper warpgroup MMA
 NEG_BIG = gl.constexpr(-1.0e30)  # finite stand-in for -inf in the running max (see tile_loop)
@@ -90,6 +93,7 @@ class LoopShape:
     POOLED: gl.constexpr
     HAS_EXTRA: gl.constexpr
     GRID_PADDED: gl.constexpr
+    EDGE_COVER: gl.constexpr
 
     @constexpr_function
     def __init__(self, **fields):
@@ -100,7 +104,9 @@ class LoopShape:
 class LoopCall:
     """The run-time arguments of a launch: q/o pointers and strides, the mask (work order,
     counts, ids), the layout (slot map, block lengths), Sol's pooled term (log2 lengths,
-    routed bitmap), the TMA descriptors and the scalars of the geometry."""
+    routed bitmap), the TMA descriptors (the edge cover's half-slot boxes: ``*_half`` one frame
+    of the tile's first 4 rows, ``*_row`` the 5th row of 4 frames) and the scalars of the
+    geometry."""
 
     Q: gl.tensor
     O: gl.tensor
@@ -117,6 +123,10 @@ class LoopCall:
     v_seq: tma.tensor_descriptor
     k_pool: tma.tensor_descriptor
     v_pool: tma.tensor_descriptor
+    k_half: tma.tensor_descriptor
+    v_half: tma.tensor_descriptor
+    k_row: tma.tensor_descriptor
+    v_row: tma.tensor_descriptor
     stride_qb: _SCALAR
     stride_qn: _SCALAR
     stride_qh: _SCALAR
@@ -205,6 +215,27 @@ def _box_corner(blk, t, shape):
 
 
 @gluon.jit
+def _covered_steps(blk, shape):
+    """Under the edge cover: the ring steps of listed grid block ``blk`` (2 in the last block
+    row, else one per frame) and whether it is in that row."""
+    on_edge = (blk % shape.GRID_HW) // shape.GRID_W == shape.GRID_HW // shape.GRID_W - 1
+    return gl.where(on_edge, 2, shape.TILE_T), on_edge
+
+
+@gluon.jit
+def _pool_shared(call, shape):
+    """Whether the program's two Sol work items read the same pooled keys (one head, both
+    live): then one copy of each pooled chunk, in ring 0, serves both consumers."""
+    if shape.POOLED and not shape.SHARED_LIST:
+        _, hq0, _, _, _, _, _, live0 = _work_item(call, shape, 0)
+        _, hq1, _, _, _, _, _, live1 = _work_item(call, shape, 1)
+        shared = live0 & live1 & (hq0 // call.num_blocks == hq1 // call.num_blocks)
+    else:
+        shared = False
+    return shared
+
+
+@gluon.jit
 def _produce_into(desc, coord, ring, slot, bar):
     """One TMA box of ``desc`` at ``coord`` into ring slot ``slot``, completing on ``bar``."""
     mbarrier.expect(bar, desc.block_type.nbytes)
@@ -218,6 +249,54 @@ def _produce_step(k_desc, v_desc, k_coord, v_coord, ring, slot, phase):
     mbarrier.wait(ring.empty.index(slot), phase ^ 1)
     _produce_into(k_desc, k_coord, ring.k_ring, slot, ring.k_ready.index(slot))
     _produce_into(v_desc, v_coord, ring.v_ring, slot, ring.v_ready.index(slot))
+
+
+@gluon.jit
+def _produce_halves(desc, coord, second_desc, second_coord, ring_buf, slot, bar):
+    """Two boxes of half a slot into the halves of ring slot ``slot``, completing on ``bar``
+    together (one expect for both: a barrier of count 1 would complete on the first alone).
+    A slot of D columns is stored as D / CHUNK column chunks of 128 bytes, each holding all
+    its rows (the 128-byte swizzle), so a half slot is one run of rows in every chunk: the
+    boxes are CHUNK columns wide and are copied once per chunk."""
+    CHUNK: gl.constexpr = desc.block_type.shape[4]
+    CHUNKS: gl.constexpr = ring_buf.shape[2] // CHUNK
+    HALF: gl.constexpr = ring_buf.shape[1] // 2
+    mbarrier.expect(bar, CHUNKS * (desc.block_type.nbytes + second_desc.block_type.nbytes))
+    # (slot, chunk, half) → HALF rows × CHUNK columns; a subview may not be reinterpreted, an index may.
+    runs = ring_buf._reinterpret(ring_buf.dtype, [ring_buf.shape[0] * CHUNKS * 2, HALF, CHUNK],
+                                 gl.NVMMASharedLayout.get_default_for([HALF, CHUNK], ring_buf.dtype))
+    for chunk in gl.static_range(CHUNKS):
+        first = runs.index((slot * CHUNKS + chunk) * 2)
+        second = runs.index((slot * CHUNKS + chunk) * 2 + 1)
+        col = chunk * CHUNK
+        tma.async_copy_global_to_shared(desc, [coord[0], coord[1], coord[2], coord[3], coord[4] + col], bar,
+                                        first._reinterpret(desc.dtype, desc.block_type.shape, desc.layout))
+        tma.async_copy_global_to_shared(
+            second_desc, [second_coord[0], second_coord[1], second_coord[2], second_coord[3], second_coord[4] + col],
+            bar, second._reinterpret(second_desc.dtype, second_desc.block_type.shape, second_desc.layout))
+
+
+@gluon.jit
+def _produce_edge_step(call, ring, shape, s, corner, k_at, v_at, slot, phase):
+    """Step ``s`` of an edge block under the cover: its first two frames' 4 rows (s = 0), then
+    its third frame's 4 rows and the 5th row of 4 frames (s = 1; the 4th frame is the next
+    tile's, or past the grid and zero-filled, and the consumer masks it)."""
+    t0, h0, w0 = corner
+    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    k_b, k_col = k_at
+    v_b, v_col = v_at
+    HALF_ROWS: gl.constexpr = shape.TILE_H // 2
+    first_t = t0 + 2 * s
+    if s == 0:
+        _produce_halves(call.k_half, [k_b, first_t, h0, w0, k_col], call.k_half, [k_b, first_t + 1, h0, w0, k_col],
+                        ring.k_ring, slot, ring.k_ready.index(slot))
+        _produce_halves(call.v_half, [v_b, first_t, h0, w0, v_col], call.v_half, [v_b, first_t + 1, h0, w0, v_col],
+                        ring.v_ring, slot, ring.v_ready.index(slot))
+    else:
+        _produce_halves(call.k_half, [k_b, first_t, h0, w0, k_col], call.k_row, [k_b, t0, h0 + HALF_ROWS, w0, k_col],
+                        ring.k_ring, slot, ring.k_ready.index(slot))
+        _produce_halves(call.v_half, [v_b, first_t, h0, w0, v_col], call.v_row, [v_b, t0, h0 + HALF_ROWS, w0, v_col],
+                        ring.v_ring, slot, ring.v_ready.index(slot))
 
 
 @gluon.jit
@@ -242,22 +321,41 @@ def _producer(call, ring, shape, c: gl.constexpr):
     i = 0
     if shape.POOLED:
         pool_row = b * call.group_heads + hq // call.num_blocks
-        n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
+        # Shared pooled chunks are producer 0's to load.
+        n_pool = gl.where(live & ((c == 0) | (_pool_shared(call, shape) == 0)), gl.cdiv(call.num_blocks, BLOCK_N), 0)
         for chunk in range(n_pool):
             slot, phase = _ring_slot(shape, c, i)
             _produce_step(call.k_pool, call.v_pool, [pool_row, chunk * BLOCK_N, 0], [pool_row, chunk * BLOCK_N, 0],
                           ring, slot, phase)
             i += 1
     SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
-    n_steps = n_grid * SUB
-    blk_next = gl.load(ids, mask=n_steps > 0, other=0).to(gl.int32)
-    for t in range(n_steps):
-        blk = blk_next
-        blk_next = gl.load(ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0).to(gl.int32)
-        t0, h0, w0 = _box_corner(blk, t, shape)
-        slot, phase = _ring_slot(shape, c, i)
-        _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring, slot, phase)
-        i += 1
+    if shape.EDGE_COVER:
+        blk_next = gl.load(ids, mask=n_grid > 0, other=0).to(gl.int32)
+        for j in range(n_grid):
+            blk = blk_next
+            blk_next = gl.load(ids + j + 1, mask=j + 1 < n_grid, other=0).to(gl.int32)
+            n_sub, on_edge = _covered_steps(blk, shape)
+            for s in range(n_sub):
+                slot, phase = _ring_slot(shape, c, i)
+                if on_edge:
+                    _produce_edge_step(call, ring, shape, s, _box_corner(blk, 0, shape), (k_b, k_col), (v_b, v_col),
+                                       slot, phase)
+                else:
+                    t0, h0, w0 = _box_corner(blk, s, shape)
+                    _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring,
+                                  slot, phase)
+                i += 1
+    else:
+        n_steps = n_grid * SUB
+        blk_next = gl.load(ids, mask=n_steps > 0, other=0).to(gl.int32)
+        for t in range(n_steps):
+            blk = blk_next
+            blk_next = gl.load(ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0).to(gl.int32)
+            t0, h0, w0 = _box_corner(blk, t, shape)
+            slot, phase = _ring_slot(shape, c, i)
+            _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring, slot,
+                          phase)
+            i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA:
         for t in range(n_extra * XSUB):
@@ -272,7 +370,8 @@ def _producer(call, ring, shape, c: gl.constexpr):
 class Consumer:
     """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
     it waits on), whether it takes turns with the other consumer (``PING_PONG``), the layouts
-    of its scores, accumulator and P operand, and the softmax scale."""
+    of its scores, accumulator and P operand, the softmax scale, and whether it releases each
+    slot for both consumers (``release_twice``: Sol's ring 0, unless consumer 1 reads it too)."""
 
     c: gl.constexpr
     PING_PONG: gl.constexpr
@@ -281,6 +380,7 @@ class Consumer:
     acc_layout: gl.constexpr
     p_layout: gl.constexpr
     qk_scale_log2: _SCALAR
+    release_twice: _SCALAR
 
     @constexpr_function
     def __init__(self, **fields):
@@ -317,6 +417,7 @@ def _attend(state, q_smem, ring, slot, phase, bias, me):
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
     mbarrier.arrive(ring.empty.index(slot), count=1)
+    mbarrier.arrive(ring.empty.index(slot), count=1, pred=me.release_twice)
     return acc, m_i, l_i
 
 
@@ -412,7 +513,8 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
     me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, acc_layout=acc_layout,
-                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
+                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2,
+                  release_twice=not shape.SHARED_LIST and c == 0)
     state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
              gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout)),
              gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout)))
@@ -425,30 +527,55 @@ def _consumer(call, ring, shape, c: gl.constexpr):
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
         bits = call.ROUTED_BITS + list_row * call.bits_stride
         n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
+        # Shared pooled chunks come through ring 0, each slot released once by each consumer.
+        shared = _pool_shared(call, shape)
+        me_pool = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout,
+                           acc_layout=acc_layout, p_layout=p_layout, qk_scale_log2=call.qk_scale_log2,
+                           release_twice=(shared == 0) if c == 0 else False)
         for chunk in range(n_pool):
             cols = chunk * BLOCK_N + offs_n
             col_ok = cols < call.num_blocks
+            # Two independent loads (the routed bit does not mask the length's load): one L2
+            # round trip, under the step's QKᵀ, before the softmax needs the bias.
             words = gl.load(bits + cols // 64, mask=col_ok, other=0)
+            log2_len = gl.load(call.LOG2_LEN + cols, mask=col_ok, other=float("-inf"))
             routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
-            bias = gl.load(call.LOG2_LEN + cols, mask=col_ok & (routed == 0), other=float("-inf"))
-            slot, phase = _ring_slot(shape, c, i)
-            state = _step(state, q_smem, ring, slot, phase, bias, me)
+            bias = gl.where(routed, float("-inf"), log2_len)
+            own_slot, phase = _ring_slot(shape, c, i)
+            ring0_slot, _ = _ring_slot(shape, 0, i)
+            state = _step(state, q_smem, ring, gl.where(shared, ring0_slot, own_slot), phase, bias, me_pool)
             i += 1
+        if c == 1:
+            i = gl.where(shared, 0, i)  # its own ring starts with the exact phase
     SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
     box_h = (offs_n // TILE_W) % TILE_H
     box_w = offs_n % TILE_W
     zero_bias = gl.zeros([BLOCK_N], gl.float32, col_layout)
-    for t in range(n_grid * SUB):
-        if shape.GRID_PADDED:
-            t0, h0, w0 = _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape)
-            inside = (t0 + box_t < call.tokens_t) & (h0 + box_h < call.tokens_h) & (w0 + box_w < call.tokens_w)
-            bias = gl.where(inside, 0.0, float("-inf"))
-        else:
-            bias = zero_bias
-        slot, phase = _ring_slot(shape, c, i)
-        state = _step(state, q_smem, ring, slot, phase, bias, me)
-        i += 1
+    if shape.EDGE_COVER:
+        # An edge block's second step ends with the 4th frame of its 5th-row box: not its keys.
+        foreign = offs_n >= BLOCK_N - TILE_W
+        blk_next = gl.load(ids, mask=n_grid > 0, other=0).to(gl.int32)
+        for j in range(n_grid):
+            blk = blk_next
+            blk_next = gl.load(ids + j + 1, mask=j + 1 < n_grid, other=0).to(gl.int32)
+            n_sub, on_edge = _covered_steps(blk, shape)
+            for s in range(n_sub):
+                bias = gl.where(foreign & (on_edge & (s == 1)), float("-inf"), zero_bias)
+                slot, phase = _ring_slot(shape, c, i)
+                state = _step(state, q_smem, ring, slot, phase, bias, me)
+                i += 1
+    else:
+        for t in range(n_grid * SUB):
+            if shape.GRID_PADDED:
+                t0, h0, w0 = _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape)
+                inside = (t0 + box_t < call.tokens_t) & (h0 + box_h < call.tokens_h) & (w0 + box_w < call.tokens_w)
+                bias = gl.where(inside, 0.0, float("-inf"))
+            else:
+                bias = zero_bias
+            slot, phase = _ring_slot(shape, c, i)
+            state = _step(state, q_smem, ring, slot, phase, bias, me)
+            i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA:
         for t in range(n_extra * XSUB):
@@ -480,7 +607,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
 
 @gluon.jit
 def _ws_block_sparse_kernel(
-    Q, O, K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL,
+    Q, O, K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL, K_HALF, V_HALF, K_ROW, V_ROW,
     WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS,
     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
     n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
@@ -489,7 +616,7 @@ def _ws_block_sparse_kernel(
     TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
     GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
     SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
-    POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr,
+    POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr, EDGE_COVER: gl.constexpr,
 ):
     dtype: gl.constexpr = K_GRID.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
@@ -508,18 +635,20 @@ def _ws_block_sparse_kernel(
     for s in gl.static_range(RINGS * STAGES):
         mbarrier.init(ring.k_ready.index(s), count=1)
         mbarrier.init(ring.v_ready.index(s), count=1)
-        # A shared slot is free again once both consumers are done with it.
-        mbarrier.init(ring.empty.index(s), count=3 - RINGS)
+        # A slot is free again once both consumers are done with it: PSA's one ring, and Sol's
+        # ring 0, which also carries the pooled chunks its two work items share.
+        mbarrier.init(ring.empty.index(s), count=2 if RINGS == 1 or s < STAGES else 1)
     shape = LoopShape(HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_TOKENS=BLOCK_TOKENS, TILE_T=TILE_T, TILE_H=TILE_H,
                       TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES,
                       SHARED_LIST=SHARED_LIST, K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS,
                       V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED, HAS_EXTRA=HAS_EXTRA,
-                      GRID_PADDED=GRID_PADDED)
+                      GRID_PADDED=GRID_PADDED, EDGE_COVER=EDGE_COVER)
     call = LoopCall(
         Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, LOG2_LEN=LOG2_LEN,
         ROUTED_BITS=ROUTED_BITS, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ, v_seq=V_SEQ, k_pool=K_POOL,
-        v_pool=V_POOL, stride_qb=stride_qb, stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob,
-        stride_on=stride_on, stride_oh=stride_oh, n_work=n_work, tiles_per_block=tiles_per_block,
+        v_pool=V_POOL, k_half=K_HALF, v_half=V_HALF, k_row=K_ROW, v_row=V_ROW, stride_qb=stride_qb,
+        stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob, stride_on=stride_on, stride_oh=stride_oh,
+        n_work=n_work, tiles_per_block=tiles_per_block,
         num_blocks=num_blocks, head_base=head_base, list_batch_stride=list_batch_stride, list_stride=list_stride,
         bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads, n_grid_blocks=n_grid_blocks,
         n_grid_tokens=n_grid_tokens, tokens_t=tokens_t, tokens_h=tokens_h, tokens_w=tokens_w,
@@ -582,15 +711,49 @@ def _tma_descriptor(x, shape, strides, box):
     return TensorDescriptor(x, shape, strides, box, gl.NVMMASharedLayout.get_default_for(box, dtype))
 
 
-def _descriptors(x, lay, sub_frames, block_n):
-    """The two descriptors of K or V (grid boxes, sequence boxes for text blocks) and whether
-    its heads are in the columns (``tile_loop.tma_views``)."""
+def edge_cover(lay, sub_frames) -> bool:
+    """Whether a launch on ``lay`` runs the edge cover: 3×8×W tiles in one-frame boxes on a
+    grid whose rows leave 5 for the last block row (45 = 5·8 + 5: Wan and HunyuanVideo at
+    720p) and whose frames and columns fill whole tiles. Such a block's 3·5·W keys take 2
+    steps (one frame of the first 4 rows per half slot, then the 5th row of 4 frames in a
+    half slot with the 4th frame masked) instead of 3 steps of which 3/8 is padding."""
+    T, H, W = lay.grid
+    bt, bh, bw = lay.tile
+    return (bt, bh, sub_frames) == (3, 8, 1) and H % bh == 5 and T % bt == 0 and W % bw == 0
+
+
+def key_steps(lay, sub_frames) -> torch.Tensor:
+    """Ring steps (int64, n_blocks) a listed key block of ``lay`` costs the loop, as its
+    producer issues them: one per TMA box of ``sub_frames`` frames, 2 for a last-row block
+    under the edge cover, one per ``BLOCK_N`` rows for an extra (text) block."""
+    bt, bh, bw = lay.tile
+    block_n = sub_frames * bh * bw
+    steps = torch.full((lay.n_blocks,), bt // sub_frames, dtype=torch.int64)
+    if edge_cover(lay, sub_frames):
+        _, nH, nW = lay.block_grid
+        grid_blocks = torch.arange(lay.n_grid_blocks)
+        steps[:lay.n_grid_blocks][(grid_blocks % (nH * nW)) // nW == nH - 1] = 2
+    steps[lay.n_grid_blocks:] = -(-lay.block_tokens // block_n)
+    return steps
+
+
+def _descriptors(x, lay, sub_frames, block_n, cover):
+    """The descriptors of K or V: grid boxes, sequence boxes for text blocks, the edge cover's
+    two half-slot boxes (the grid boxes stand in without the cover), and whether its heads
+    are in the columns (``tile_loop.tma_views``)."""
     from .tile_loop import tma_views
 
     (grid_shape, grid_strides), (seq_shape, seq_strides), heads_in_columns = tma_views(x, lay.grid)
     D = x.shape[3]
-    return (_tma_descriptor(x, grid_shape, grid_strides, [1, sub_frames, lay.tile[1], lay.tile[2], D]),
-            _tma_descriptor(x, seq_shape, seq_strides, [1, block_n, D]), heads_in_columns)
+    _, bh, bw = lay.tile
+    grid = _tma_descriptor(x, grid_shape, grid_strides, [1, sub_frames, bh, bw, D])
+    if cover:
+        chunk = min(D, 128 // x.element_size())  # one 128-byte swizzle column chunk (_produce_halves)
+        half = _tma_descriptor(x, grid_shape, grid_strides, [1, 1, bh // 2, bw, chunk])
+        row = _tma_descriptor(x, grid_shape, grid_strides, [1, bh // 2, 1, bw, chunk])
+    else:
+        half = row = grid
+    return grid, _tma_descriptor(x, seq_shape, seq_strides, [1, block_n, D]), half, row, heads_in_columns
 
 
 def _pool_descriptor(means, block_n):
@@ -605,8 +768,9 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
     lay = mask.layout
     B, L, H, D = q.shape
     block_n = sub_frames * lay.tile[1] * lay.tile[2]
-    k_grid, k_seq, k_cols = _descriptors(k, lay, sub_frames, block_n)
-    v_grid, v_seq, v_cols = _descriptors(v, lay, sub_frames, block_n)
+    cover = edge_cover(lay, sub_frames)
+    k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k, lay, sub_frames, block_n, cover)
+    v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover)
     if pooled is not None:
         k_pool, v_pool = _pool_descriptor(pooled.k_mean, block_n), _pool_descriptor(pooled.v_mean, block_n)
         log2_len, bits = pooled.log2_len, mask.routed_bits
@@ -617,6 +781,7 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
     nT, nH, nW = lay.block_grid
     _ws_block_sparse_kernel[(triton.cdiv(n_work, 1 if shared else 2), B)](
         Q=q, O=out, K_GRID=k_grid, V_GRID=v_grid, K_SEQ=k_seq, V_SEQ=v_seq, K_POOL=k_pool, V_POOL=v_pool,
+        K_HALF=k_half, V_HALF=v_half, K_ROW=k_row, V_ROW=v_row,
         WORK=mask.work, COUNTS=mask.counts, IDS=mask.ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
         LOG2_LEN=log2_len, ROUTED_BITS=bits,
         stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
@@ -632,7 +797,7 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
         GRID_HW=nH * nW, GRID_W=nW,
         STAGES=ring_stages(mask.block_m, block_n, D, q.element_size(), num_stages),
         SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
-        POOLED=pooled is not None, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks, GRID_PADDED=lay.padded,
-        num_warps=4, maxnreg=KERNEL_MAXNREG,
+        POOLED=pooled is not None, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks, GRID_PADDED=lay.padded and not cover,
+        EDGE_COVER=cover, num_warps=4, maxnreg=KERNEL_MAXNREG,
     )
     return out

@@ -9,7 +9,7 @@ import torch
 
 import kernels._checks as checks
 from kernels.block_mask import block_layout, mask_from_dense, row_major_layout
-from kernels.hopper_loop import SHARED_MEMORY_BUDGET, ring_stages, ws_supported
+from kernels.hopper_loop import SHARED_MEMORY_BUDGET, edge_cover, key_steps, ring_stages, ws_supported
 from kernels.tile_loop import tma_sub_frames
 
 
@@ -63,6 +63,33 @@ def test_the_calls_it_leaves_to_the_portable_loop(compiled):
     tiny = block_layout((4, 6, 10), (2, 3, 5))                                 # 30-token tiles
     q, k, v = qkv(4 * 6 * 10)
     assert not ws_supported(q, k, v, mask_for(tiny, 32), tma_sub_frames(tiny.tile), 3, pooled=False)
+
+
+def test_the_edge_cover_takes_the_720p_grids_only():
+    """Two steps for a 5-row edge of 3×8×W tiles; every other padded grid keeps the masked
+    boxes (the cover's boxes assume whole tiles on the other axes and 3 frames a tile)."""
+    assert edge_cover(block_layout((21, 45, 80), (3, 8, 16)), 1)                 # Wan 2.1 720p
+    assert edge_cover(block_layout((33, 45, 80), (3, 8, 16), extra_tokens=256), 1)  # HunyuanVideo + text
+    assert edge_cover(block_layout((6, 13, 32), (3, 8, 8)), 1)                   # 64-key slots
+    assert not edge_cover(block_layout((21, 48, 80), (3, 8, 16)), 1)             # no padding
+    assert not edge_cover(block_layout((21, 46, 80), (3, 8, 16)), 1)             # a 6-row edge
+    assert not edge_cover(block_layout((20, 45, 80), (3, 8, 16)), 1)             # short last frames
+    assert not edge_cover(block_layout((21, 45, 78), (3, 8, 16)), 1)             # short last columns
+    assert not edge_cover(block_layout((30, 45, 80), (6, 8, 8)), 2)              # 6-frame tiles
+    assert not edge_cover(block_layout((21, 45, 80), (1, 8, 8)), 1)              # Sol's 64-token blocks
+
+
+def test_key_steps_follow_the_producer():
+    """3 one-frame steps a 3×8×16 block, 2 in the last block row under the cover, and a text
+    block one step per 128 rows of its 384 slots."""
+    wan = block_layout((21, 45, 80), (3, 8, 16), extra_tokens=256)
+    steps = key_steps(wan, 1)
+    nT, nH, nW = wan.block_grid
+    row = (torch.arange(wan.n_grid_blocks) % (nH * nW)) // nW
+    assert (steps[:wan.n_grid_blocks][row == nH - 1] == 2).all()
+    assert (steps[:wan.n_grid_blocks][row < nH - 1] == 3).all()
+    assert (steps[wan.n_grid_blocks:] == 3).all()
+    assert (key_steps(block_layout((30, 45, 80), (6, 8, 8)), 2) == 3).all()  # no cover: boxes of 2 frames
 
 
 def test_never_under_the_interpreter():

@@ -203,3 +203,54 @@ def test_warp_specialised_loop_matches_the_portable_loop(monkeypatch, method, B,
     out_portable = run(q, k, v, config=portable, **kw)
     assert torch.isfinite(out_ws).all()
     assert rel_err(out_ws, out_portable) < 5e-3
+
+
+@pytest.mark.parametrize("tile,extra,layout,D,dtype", [((3, 8, 16), 0, "blhd", 128, torch.bfloat16),
+                                                       ((3, 8, 16), 256, "single_block", 128, torch.bfloat16),
+                                                       ((3, 8, 8), 77, "heads_first", 64, torch.float16)])
+def test_edge_cover_matches_masked_attention_row_by_row(monkeypatch, tile, extra, layout, D, dtype):
+    """The 720p edge cover (hopper_loop.edge_cover: the last block row's keys in 2 steps of
+    two half-slot boxes, a 4th frame masked) against float32 attention over the same visited
+    pairs, per query block. Random block masks visit edge blocks of every frame tile,
+    including the last, whose 5th-row box reaches past the grid; one query block visits a
+    single edge block, where a foreign or a missing frame would move every row."""
+    from kernels.block_mask import block_layout, mask_from_dense
+    from kernels.block_sparse import block_sparse_attention, hopper_loop
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the warp-specialised loop is built for sm_90")
+    hopper = hopper_loop()
+    grid, H = (6, 45, 80), 2
+    lay = block_layout(grid, tile, extra_tokens=extra, device="cuda")
+    assert hopper.edge_cover(lay, 1)
+    runs = []
+    real = hopper.ws_block_sparse_attention
+    monkeypatch.setattr(hopper, "ws_block_sparse_attention", lambda *a, **kw: runs.append(1) or real(*a, **kw))
+    L = lay.n_tokens
+    g = torch.Generator(device="cuda").manual_seed(L)
+    q, k, v = in_layout(*(torch.randn(1, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3)), layout)
+    nb = lay.n_blocks
+    _, nH, nW = lay.block_grid
+    keep = torch.rand(1, H, nb, nb, generator=torch.Generator().manual_seed(nb)) < 0.4
+    last_edge_block = lay.n_grid_blocks - 1  # the last frame tile's, in the last block row
+    assert (last_edge_block % (nH * nW)) // nW == nH - 1
+    keep[:, :, 0] = False
+    keep[:, :, 0, last_edge_block] = True  # query block 0 sees that edge block alone
+    mask = mask_from_dense(keep, lay, block_m=128)
+    scale = D ** -0.5
+    poison(q.numel() * q.element_size())
+    out = block_sparse_attention(q, k, v, mask, scale=scale, config=ARCHITECTURES[(9, 0)])
+    assert runs, "the warp-specialised loop did not run"
+    assert torch.isfinite(out).all()
+    blocks = lay.token_blocks()
+    allowed_keys = keep[0].to("cuda")  # (H, nb, nb)
+    for h in range(H):
+        kh, vh = k[0, :, h].float(), v[0, :, h].float()
+        for start in range(0, L, 4096):
+            rows = torch.arange(start, min(start + 4096, L), device="cuda")
+            s = (q[0, rows, h].float() @ kh.T) * scale
+            s = s.masked_fill(~allowed_keys[h][blocks[rows]][:, blocks], float("-inf"))
+            ref = torch.softmax(s, -1) @ vh
+            err = (out[0, rows, h].float() - ref).norm(dim=-1) / ref.norm(dim=-1)
+            worst = torch.zeros(nb, device="cuda").scatter_reduce(0, blocks[rows], err, "amax")
+            assert worst.max().item() < 2e-2, f"head {h}: query block {worst.argmax().item()} off by {worst.max():.3g}"
