@@ -188,7 +188,8 @@ def work_order(visits: torch.Tensor, lengths: torch.Tensor, block_m: int, order:
     "head" keeps each head's query blocks together in block order (neighbouring query blocks
     read overlapping keys), heads heaviest first so the lightest runs last; "heaviest" runs
     (head, block) pairs heaviest first. Tiles past a block's real rows get no program; the
-    tiles of one block stay adjacent (they read the same key list).
+    tiles of one block stay adjacent (they read the same key list). Host work, for static
+    masks; Sol's routed masks are ordered per call on the device (``sol_router.work_by_count``).
     """
     H, nb = visits.shape
     tiles = int(-(-int(lengths.max()) // block_m)) if nb else 1

@@ -124,9 +124,20 @@ def pool_blocks(q, k, v, layout: BlockLayout, head_base: int, group_heads: int):
 
 
 @functools.lru_cache(maxsize=64)
-def _sol_work(group_heads: int, num_blocks: int, device_str: str) -> torch.Tensor:
-    # One 64-row tile per block: the work order is (head, query block) in order.
-    return torch.arange(group_heads * num_blocks, dtype=torch.int32, device=device_str)
+def _head_offsets(group_heads: int, num_blocks: int, device_str: str) -> torch.Tensor:
+    return torch.arange(0, group_heads * num_blocks, num_blocks, device=device_str)[:, None]
+
+
+def work_by_count(counts: torch.Tensor) -> torch.Tensor:
+    """Launch order of a routed mask's 64-row tiles, int32 entries head · N + query block: head
+    by head, each head's query blocks heaviest first (summed over the batch). The Hopper loop
+    runs neighbouring entries in one program, which holds its SM until the longer one ends, so
+    neighbours should cost alike; they stay in one head, where they share the pooled chunks.
+    On the device, without a host sync."""
+    B, Hg, n, _ = counts.shape
+    load = counts.sum(-1).sum(0)
+    order = torch.argsort(load, dim=-1, descending=True, stable=True)
+    return (order + _head_offsets(Hg, n, str(counts.device))).reshape(-1).to(torch.int32)
 
 
 @functools.lru_cache(maxsize=64)
@@ -150,8 +161,7 @@ def route(q_mean, k_mean, tau, forced, layout: BlockLayout, *, scale: float, kee
             HEAD_DIM=D, ROWS=ROUTE_ROWS, CHUNK=ROUTE_CHUNK, KEEP_DIAGONAL=bool(keep_diagonal),
             DOT_DTYPE=dot_dtype_for(q_mean.dtype),
         )
-    work = _sol_work(Hg, n, str(dev))
-    return BlockMask(layout, counts, ids, work, block_m=layout.block_tokens, routed_bits=bits)
+    return BlockMask(layout, counts, ids, work_by_count(counts), block_m=layout.block_tokens, routed_bits=bits)
 
 
 def pooled_term(k_mean, v_mean, layout: BlockLayout) -> PooledBlocks:

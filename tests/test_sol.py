@@ -380,3 +380,16 @@ def test_row_major_blocks_take_sequences_longer_than_a_grid_axis():
     assert lay.n_blocks == 33 and lay.lengths[-1] == 2100 - 32 * 64 and lay.padded
     with pytest.raises(ValueError, match="sequence length"):
         row_major_layout(1 << 23)
+
+
+def test_routed_work_runs_each_heads_blocks_heaviest_first():
+    """The Hopper loop pairs neighbouring entries in one program: each head's query blocks
+    come heaviest first (counts summed over the batch), every (head, block) exactly once,
+    heads in order."""
+    from kernels.sol_router import work_by_count
+
+    counts = torch.tensor([[[[3, 0], [9, 1], [5, 0]], [[1, 0], [1, 0], [7, 0]]],
+                           [[[0, 0], [0, 0], [4, 0]], [[2, 0], [0, 0], [0, 0]]]], dtype=torch.int32)
+    work = work_by_count(counts)
+    assert work.dtype == torch.int32
+    assert work.tolist() == [1, 2, 0, 5, 3, 4]  # loads: head 0 (3, 10, 5), head 1 (3, 1, 7)
