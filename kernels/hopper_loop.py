@@ -75,7 +75,8 @@ def _set_fields(aggregate_value, fields):
 class LoopShape:
     """What every partition knows at compile time: the head dim, the key rows of a ring slot
     (``BLOCK_N``), the blocks (``BLOCK_TOKENS``, tile, TMA box frames ``SUB_T``, block grid),
-    the ring depth, and which phases and layouts this launch has."""
+    the ring depth, and which phases, layouts and key covers (the padding bias of a padded
+    grid, or the 720p edge cover) this launch has."""
 
     HEAD_DIM: gl.constexpr
     BLOCK_N: gl.constexpr
