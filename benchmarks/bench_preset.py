@@ -30,6 +30,14 @@ from kernels.psa_mask import psa_block_mask  # noqa: E402
 PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mask_presets")
 
 
+def preset_argument(ap, name: str):
+    """The preset ``--preset`` names: a path, or a file of mask_presets/; a usage error if not."""
+    try:
+        return load_preset(name) if os.path.isfile(name) else load_preset(name, [PRESET_DIR])
+    except ValueError as e:
+        ap.error(f"--preset: {e}")
+
+
 def summarise(rows, cudnn_ms: float) -> dict:
     """All layers together: PSA's time, the ideal (cuDNN × density per layer), the share of
     the ideal reached and the speed-up over cuDNN on every layer."""
@@ -51,10 +59,7 @@ def main(argv=None):
     ap.add_argument("--rep-ms", type=int, default=200)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    try:
-        preset = load_preset(args.preset) if os.path.isfile(args.preset) else load_preset(args.preset, [PRESET_DIR])
-    except ValueError as e:
-        ap.error(f"--preset: {e}")
+    preset = preset_argument(ap, args.preset)
     if args.grid:
         try:
             preset = preset.params_for_grid(tuple(int(x) for x in args.grid.split(",")))

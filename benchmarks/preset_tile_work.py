@@ -23,13 +23,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.bench_preset import preset_argument  # noqa: E402
 from kernels.block_mask import block_layout  # noqa: E402
 from kernels.hopper_loop import ROWS, key_steps  # noqa: E402
-from kernels.presets import load_preset  # noqa: E402
 from kernels.psa_mask import psa_kernel_mask  # noqa: E402
 from kernels.tile_loop import tma_sub_frames  # noqa: E402
 
-PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mask_presets")
 QUERY_TILE = 2 * ROWS.value  # PSA's 128-row query tiles (both consumer warpgroups)
 
 
@@ -49,10 +48,7 @@ def main(argv=None):
     ap.add_argument("--stub-s", type=float, help="measured forward without self-attention, seconds")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
-    try:
-        preset = load_preset(args.preset) if os.path.isfile(args.preset) else load_preset(args.preset, [PRESET_DIR])
-    except ValueError as e:
-        ap.error(f"--preset: {e}")
+    preset = preset_argument(ap, args.preset)
     if args.extra_tokens < 0:
         ap.error(f"--extra-tokens must be >= 0, got {args.extra_tokens}")
     if (args.dense_s is None) != (args.stub_s is None):

@@ -216,6 +216,13 @@ def _box_corner(blk, t, shape):
 
 
 @gluon.jit
+def _listed_block(ids, j, n):
+    """Listed block ``j`` of ``n`` as int32 (0 past the list; ids may be stored in 16 bits),
+    read a block ahead of its use by the loops below."""
+    return gl.load(ids + j, mask=j < n, other=0).to(gl.int32)
+
+
+@gluon.jit
 def _covered_steps(blk, shape):
     """Under the edge cover: the ring steps of listed grid block ``blk`` (2 in the last block
     row, else one per frame) and whether it is in that row."""
@@ -331,10 +338,10 @@ def _producer(call, ring, shape, c: gl.constexpr):
             i += 1
     SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
     if shape.EDGE_COVER:
-        blk_next = gl.load(ids, mask=n_grid > 0, other=0).to(gl.int32)
+        blk_next = _listed_block(ids, 0, n_grid)
         for j in range(n_grid):
             blk = blk_next
-            blk_next = gl.load(ids + j + 1, mask=j + 1 < n_grid, other=0).to(gl.int32)
+            blk_next = _listed_block(ids, j + 1, n_grid)
             n_sub, on_edge = _covered_steps(blk, shape)
             for s in range(n_sub):
                 slot, phase = _ring_slot(shape, c, i)
@@ -556,10 +563,10 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     if shape.EDGE_COVER:
         # An edge block's second step ends with the 4th frame of its 5th-row box: not its keys.
         foreign = offs_n >= BLOCK_N - TILE_W
-        blk_next = gl.load(ids, mask=n_grid > 0, other=0).to(gl.int32)
+        blk_next = _listed_block(ids, 0, n_grid)
         for j in range(n_grid):
             blk = blk_next
-            blk_next = gl.load(ids + j + 1, mask=j + 1 < n_grid, other=0).to(gl.int32)
+            blk_next = _listed_block(ids, j + 1, n_grid)
             n_sub, on_edge = _covered_steps(blk, shape)
             for s in range(n_sub):
                 bias = gl.where(foreign & (on_edge & (s == 1)), float("-inf"), zero_bias)
