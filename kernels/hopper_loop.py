@@ -354,11 +354,10 @@ def _producer(call, ring, shape, c: gl.constexpr):
                                   slot, phase)
                 i += 1
     else:
-        n_steps = n_grid * SUB
-        blk_next = gl.load(ids, mask=n_steps > 0, other=0).to(gl.int32)
-        for t in range(n_steps):
+        blk_next = _listed_block(ids, 0, n_grid)
+        for t in range(n_grid * SUB):
             blk = blk_next
-            blk_next = gl.load(ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0).to(gl.int32)
+            blk_next = _listed_block(ids, (t + 1) // SUB, n_grid)
             t0, h0, w0 = _box_corner(blk, t, shape)
             slot, phase = _ring_slot(shape, c, i)
             _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring, slot,
