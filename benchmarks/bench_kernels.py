@@ -73,6 +73,20 @@ def poison_allocator(nbytes):
 QKV_LAYOUT = "blhd"  # --layout: how q/k/v are stored (the benchmark's inputs)
 
 
+SOL_INPUTS = ("gaussian", "video")  # --sol-inputs: random q/k/v, or benchmarks/workload.py's video-like ones
+
+
+def video_like_qkv(grid, H, D, seed):
+    """``workload.video_qkv`` on the GPU (bf16), in the benchmark's layout: attention that is
+    local in the token grid, so neighbouring query blocks route alike (NOTES #29)."""
+    from benchmarks.workload import video_qkv
+
+    q, k, v, _ = video_qkv(grid, H, D, seed=seed, device="cuda", dtype=torch.bfloat16)
+    if QKV_LAYOUT == "heads_first":
+        return [x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v)]
+    return [q, k, v]
+
+
 def random_qkv(L, H, D, dtype, seed):
     """q, k, v (1, L, H, D): stored (1, L, H·D) as Wan and LTX hand them over ("blhd"), or
     heads first (1, H, L, D) as HunyuanVideo does ("heads_first")."""
@@ -157,18 +171,22 @@ def sol_pieces(q, k, v, beta, grid, tile):
     return layout, routing, scale
 
 
-def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), loops=("default",)):
-    """Per sequence, tiling (``rowmajor``, ``auto`` or ``bt:bh:bw``) and density: the whole call
-    with and without the pooled term, the engine fed the same mask (the "lists" baseline), the
-    routing alone, memory, and fidelity against cuDNN on these random inputs; once per block
-    loop of ``loops`` (``LOOPS``)."""
-    for L in seqs:
+def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), loops=("default",),
+              inputs=("gaussian",)):
+    """Per sequence, kind of inputs (``SOL_INPUTS``), tiling (``rowmajor``, ``auto`` or
+    ``bt:bh:bw``) and density: the whole call with and without the pooled term, the engine fed
+    the same mask (the "lists" baseline), the routing alone, memory, and fidelity against
+    cuDNN on these inputs; once per block loop of ``loops`` (``LOOPS``)."""
+    for L, kind in itertools.product(seqs, inputs):
         grid = SOL_SHAPES.get(L)
-        q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L)
+        if kind == "video":
+            q, k, v = video_like_qkv(grid, H, D, seed=L)
+        else:
+            q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L)
         ref = cudnn_sdpa(q, k, v)
         t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
         mem_dense = peak_extra_mb(lambda: cudnn_sdpa(q, k, v))
-        print(f"L={L} grid={grid}: cuDNN {t_dense:.2f} ms", flush=True)
+        print(f"L={L} grid={grid} {kind} inputs: cuDNN {t_dense:.2f} ms", flush=True)
         for tiling in tilings:
             if tiling == "rowmajor" or grid is None:
                 g, tile = None, None
@@ -202,7 +220,8 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 mask = pooled = None  # free the scratch before the next row
                 n_keep = max(64, int(round(density * L)))
                 t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
-                row = dict(L=L, grid=g, tile=list(layout.tile), tiling=tiling, loop=loop, blocks=layout.n_blocks,
+                row = dict(L=L, inputs=kind, grid=g, tile=list(layout.tile), tiling=tiling, loop=loop,
+                           blocks=layout.n_blocks,
                            padding=layout.n_slots / L - 1, heads=H, head_dim=D, target_density=rho, beta=beta,
                            density=density, cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,
                            sol_without_correction_ms=t_plain, speedup_without_correction=t_dense / t_plain,
@@ -431,6 +450,9 @@ def main(argv=None):
     ap.add_argument("--out", required=True, help="JSON file to write")
     ap.add_argument("--sol-seqs", default="75600,131072")
     ap.add_argument("--densities", default="0.05,0.10,0.15,0.20,0.25")
+    ap.add_argument("--sol-inputs", default="gaussian",
+                    help=f"Sol's inputs, comma separated: {', '.join(SOL_INPUTS)} (video: benchmarks/workload.py, "
+                         f"on the --sol-seqs of {sorted(SOL_SHAPES)} only)")
     ap.add_argument("--tilings", default="rowmajor,auto,2:4:8,4:4:4,2:8:4",
                     help="Sol blocks: rowmajor, auto (sol_tile_for_grid) or bt:bh:bw, comma separated")
     ap.add_argument("--layout", default="blhd", choices=["blhd", "heads_first"], help="memory layout of q/k/v")
@@ -451,6 +473,13 @@ def main(argv=None):
     unknown = sorted(set(loops) - set(LOOPS))
     if unknown or not loops:
         ap.error(f"--loops: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(LOOPS)}")
+    sol_inputs = [x for x in args.sol_inputs.split(",") if x]
+    bad = sorted(set(sol_inputs) - set(SOL_INPUTS))
+    if bad or not sol_inputs:
+        ap.error(f"--sol-inputs: unknown {', '.join(bad) or '(none given)'}; choose from {', '.join(SOL_INPUTS)}")
+    sol_seqs = [int(x) for x in args.sol_seqs.split(",") if x]
+    if "video" in sol_inputs and set(sol_seqs) - set(SOL_SHAPES):
+        ap.error(f"--sol-inputs video needs a video grid: --sol-seqs from {sorted(SOL_SHAPES)}, got {args.sol_seqs}")
     global OUT_PATH, QKV_LAYOUT
     OUT_PATH, QKV_LAYOUT = args.out, args.layout
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
@@ -465,9 +494,9 @@ def main(argv=None):
         bench_arch_configs(results, args.heads, args.head_dim, args.rep_ms, archs)
     if args.ceiling:
         bench_dense_ceiling(results, args.heads, args.head_dim, args.rep_ms, loops)
-    bench_sol(results, [int(x) for x in args.sol_seqs.split(",") if x], [float(x) for x in args.densities.split(",")],
+    bench_sol(results, sol_seqs, [float(x) for x in args.densities.split(",")],
               [t for t in args.tilings.split(",") if t], args.heads, args.head_dim, args.rep_ms,
-              [int(x) for x in args.pool_chunks.split(",") if x], loops)
+              [int(x) for x in args.pool_chunks.split(",") if x], loops, inputs=sol_inputs)
     bench_psa(results, [x for x in args.psa_shapes.split(",") if x], [float(x) for x in args.psa_densities.split(",")],
               args.heads, args.head_dim, args.rep_ms, not args.no_flex, loops)
     save(results)

@@ -21,3 +21,16 @@ def test_every_loop_is_a_hopper_configuration():
     assert bench_kernels.LOOPS["ws"] == ARCHITECTURES[(9, 0)] and bench_kernels.LOOPS["ws"].warp_specialized
     assert not bench_kernels.LOOPS["tma"].warp_specialized and bench_kernels.LOOPS["tma"].tma
     assert bench_kernels.LOOPS["ws2"].num_stages == 2
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--sol-inputs", "noise"], "--sol-inputs: unknown noise; choose from gaussian, video"),
+    (["--sol-inputs", ","], "--sol-inputs: unknown (none given)"),
+    (["--sol-inputs", "video", "--sol-seqs", "75600,4096"], "--sol-inputs video needs a video grid"),
+])
+def test_bad_sol_inputs_are_usage_errors(tmp_path, capsys, args, message):
+    with pytest.raises(SystemExit) as exit_info:
+        bench_kernels.main(["--out", str(tmp_path / "x.json"), *args])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "x.json").exists()
