@@ -166,6 +166,8 @@ WS_CASES = [
     ("sol", 1, 21 * 45 * 80, (21, 45, 80), None, 0, 3, 128, torch.bfloat16, "blhd"),            # odd work count
     ("sol", 2, 9 * 45 * 80 + 256, (9, 45, 80), None, 256, 2, 128, torch.bfloat16, "single_block"),
     ("sol", 1, 32768 + 5, None, None, 0, 2, 64, torch.float16, "heads_first"),                 # row-major
+    # 5 frames of blocks and 3 text blocks: query blocks without a partner in their pair stream
+    ("sol", 1, 5 * 45 * 80 + 150, (5, 45, 80), None, 150, 2, 128, torch.bfloat16, "single_block"),
 ]
 
 
