@@ -28,7 +28,6 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
-from kernels.block_mask import mask_from_dense, row_major_layout  # noqa: E402
 from kernels.block_sparse import block_sparse_attention  # noqa: E402
 from kernels.launch_config import ARCHITECTURES  # noqa: E402
 from kernels.sol_reference import check_sol_call  # noqa: E402
@@ -394,8 +393,10 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default
 def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
     """Per-block efficiency with every block visited (80,640 tokens, 21x48x80, no padding):
     cuDNN; FlexAttention without a mask (Triton's generated dense kernel in this stack); our
-    PSA kernel with the full mask; our Sol loop (64-row tiles) fed every block; a plain dense
-    Triton loop without and with automatic warp specialization (benchmarks/dense_ws_probe.py).
+    PSA kernel with the full mask; our Sol loop (64-row tiles) fed every block, as routed with
+    β = -inf (so the mask has its bitmap, as a Sol call's), bare and with the pooled term
+    (every block routed: the pooled chunks are read and masked out); a plain dense Triton
+    loop without and with automatic warp specialization (benchmarks/dense_ws_probe.py).
     The ratio of each to cuDNN bounds what a block-sparse kernel of the same loop can reach per
     block."""
     from benchmarks.dense_ws_probe import VARIANTS as DENSE_PROBES, dense_attention, kernel_facts
@@ -410,9 +411,8 @@ def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
     row = dict(L=L, heads=H, head_dim=D, cudnn_ms=t_dense)
     nT, nH, nW = (g // t for g, t in zip(grid, tile))
     full = torch.tensor([[nT, 0, 0, nH * nW, 0, 0]] * H)
-    rows_layout = row_major_layout(L, "cuda")
-    n = rows_layout.n_blocks
-    every_block = mask_from_dense(torch.ones(1, H, n, n, dtype=torch.bool), rows_layout, block_m=64)
+    _, route_every_block, _ = sol_pieces(q, k, v, float("-inf"), None, None)
+    every_block, pooled = route_every_block()
     variants = {}
     for loop in loops:
         cfg = LOOPS[loop]
@@ -420,6 +420,8 @@ def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
                                                                                    tile=tile, config=cfg)
         variants[f"sol_loop_all_blocks_{loop}"] = lambda cfg=cfg: block_sparse_attention(q, k, v, every_block,
                                                                                           scale=scale, config=cfg)
+        variants[f"sol_loop_all_blocks_pooled_{loop}"] = lambda cfg=cfg: block_sparse_attention(
+            q, k, v, every_block, scale=scale, pooled=pooled, config=cfg)
     flex = torch.compile(flex_attention, dynamic=False)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     variants["flex_no_mask"] = lambda: flex(qt, kt, vt).transpose(1, 2)
