@@ -3,14 +3,11 @@ and sums the layers the way BENCHMARKS.md reads them."""
 import pytest
 
 from benchmarks import bench_preset
+from cli_usage import usage_error
 
 
 def _usage_error(tmp_path, capsys, *args):
-    with pytest.raises(SystemExit) as exit_info:
-        bench_preset.main(["--out", str(tmp_path / "x.json"), *args])
-    assert exit_info.value.code == 2
-    assert not (tmp_path / "x.json").exists()
-    return capsys.readouterr().err
+    return usage_error(bench_preset.main, tmp_path, capsys, *args)
 
 
 def test_unknown_preset_is_a_usage_error(tmp_path, capsys):

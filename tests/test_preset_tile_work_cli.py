@@ -6,15 +6,12 @@ import pytest
 import torch
 
 from benchmarks import preset_tile_work
+from cli_usage import usage_error
 from kernels.block_mask import block_layout
 
 
 def _usage_error(tmp_path, capsys, *args):
-    with pytest.raises(SystemExit) as exit_info:
-        preset_tile_work.main(["--out", str(tmp_path / "x.json"), *args])
-    assert exit_info.value.code == 2
-    assert not (tmp_path / "x.json").exists()
-    return capsys.readouterr().err
+    return usage_error(preset_tile_work.main, tmp_path, capsys, *args)
 
 
 def test_full_mask_costs_a_dense_pass_plus_the_padding_the_tiles_cannot_shed():
