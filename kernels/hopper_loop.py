@@ -4,20 +4,24 @@ The portable engine (``block_sparse._block_sparse_kernel``) runs one query tile 
 with every warp doing everything: issue the copies, wait for them, the two MMAs and the
 softmax in turn. Here a program splits that work (FlashAttention-3's layout):
 
-- one **producer** warp per key ring issues the TMA copies of K and V into a ring of
-  ``STAGES`` shared-memory slots and moves on as soon as a slot is released;
+- one **producer** warp issues the TMA copies of K and V into a ring of ``STAGES``
+  shared-memory slots and moves on as soon as a slot is released;
 - two **consumer** warpgroups of 64 query rows each wait on a slot, run QKᵀ, the online
-  softmax and PV, and release the slot. The warp scheduler interleaves the two warpgroups;
-  on a shared ring (below) they take turns at the tensor cores, FlashAttention-3's
-  ping-pong: one consumer's softmax runs while the other's MMAs do (NOTES #23).
+  softmax and PV, and release the slot (a slot is free once both have). The warp scheduler
+  interleaves the two warpgroups; on PSA's tiles they take turns at the tensor cores,
+  FlashAttention-3's ping-pong: one consumer's softmax runs while the other's MMAs do
+  (NOTES #23).
 
 Two ways to feed the consumers, chosen by the mask's query tile (``SHARED_LIST``):
 
-- 128-row tiles (PSA): both warpgroups take the halves of one tile and read one ring: every
-  K/V tile in shared memory serves 128 query rows;
-- 64-row tiles (Sol-Attn's 64-token blocks): each warpgroup runs its own work item with its
-  own key list and its own ring and producer. When both items are in one head they read the
-  same pooled chunks: producer 0 loads them once, into ring 0, for both consumers.
+- 128-row tiles (PSA): both warpgroups take the halves of one tile and every step is for
+  both: every K/V tile in shared memory serves 128 query rows;
+- 64-row tiles (Sol-Attn's 64-token blocks): each warpgroup runs its own work item, two
+  neighbouring query blocks of one head (``sol_router.pair_streams``). The ring carries one
+  stream, the union of their routed blocks, each entry tagged with the items that routed it:
+  a block both routed is loaded once for both, and a consumer passes over the slots of the
+  other's blocks without computing them (NOTES #29). Their pooled chunks are the same and
+  come through the ring once.
 
 Each consumer folds, in one online softmax and in this order: Sol's pooled term (chunks of
 ``BLOCK_N`` pooled blocks, the routed ones masked out by the bitmap), the listed grid blocks
@@ -47,6 +51,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.language.core import _aggregate as aggregate
 from triton.language.core import base_value
+
+from .sol_router import pair_streams
 
 __all__ = ["ROWS", "edge_cover", "key_steps", "ws_block_sparse_attention", "ws_supported"]
 
@@ -140,6 +146,7 @@ class LoopCall:
     head_base: _SCALAR
     list_batch_stride: _SCALAR
     list_stride: _SCALAR
+    bits_batch_stride: _SCALAR
     bits_stride: _SCALAR
     num_heads: _SCALAR
     group_heads: _SCALAR
@@ -157,8 +164,8 @@ class LoopCall:
 
 @aggregate
 class Ring:
-    """Shared memory of a program: the two consumers' query tiles and the key rings (K and V
-    slots with their ready and empty barriers; two rings when the consumers' lists differ)."""
+    """Shared memory of a program: the two consumers' query tiles and the key ring (K and V
+    slots with their ready and empty barriers) and the ping-pong's turn barriers."""
 
     q_bufs: gl.shared_memory_descriptor
     k_ring: gl.shared_memory_descriptor
@@ -176,33 +183,35 @@ class Ring:
 @gluon.jit
 def _work_item(call, shape, c: gl.constexpr):
     """The work item of consumer ``c`` of this program: (head, query block, first query row
-    in the block, list row, grid count, extra count, live); counts are 0 past the work."""
+    in the block, list row, grid count, extra count, live). PSA: the list of the tile's query
+    block, counts 0 past the work. Sol: the program's pair stream; an item of -1 (a query block
+    left without a partner) is not live but still walks the stream, releasing its slots."""
     pid = gl.program_id(0)
     b = gl.program_id(1)
     if shape.SHARED_LIST:
-        index = pid
-        row0 = c * ROWS
+        live = pid < call.n_work
+        work = gl.load(call.WORK + gl.minimum(pid, call.n_work - 1))
+        list_row = b.to(gl.int64) * call.list_batch_stride + work // call.tiles_per_block
+        n_grid = gl.where(live, gl.load(call.COUNTS + list_row * 2), 0)
+        n_extra = gl.where(live, gl.load(call.COUNTS + list_row * 2 + 1), 0)
+        first_row = (work % call.tiles_per_block) * (2 * ROWS) + c * ROWS
     else:
-        index = pid * 2 + c
-        row0 = 0
-    live = index < call.n_work
-    work = gl.load(call.WORK + gl.minimum(index, call.n_work - 1))
+        work = gl.load(call.WORK + pid * 2 + c)
+        live = work >= 0
+        work = gl.maximum(work, 0)
+        list_row = b.to(gl.int64) * call.list_batch_stride + pid
+        n_grid = gl.load(call.COUNTS + list_row * 2)
+        n_extra = gl.load(call.COUNTS + list_row * 2 + 1)
+        first_row = (work % call.tiles_per_block) * ROWS
     hq = work // call.tiles_per_block
-    q_tile = work % call.tiles_per_block
-    list_row = b.to(gl.int64) * call.list_batch_stride + hq
-    n_grid = gl.where(live, gl.load(call.COUNTS + list_row * 2), 0)
-    n_extra = gl.where(live, gl.load(call.COUNTS + list_row * 2 + 1), 0)
     h = call.head_base + hq // call.num_blocks
-    first_row = q_tile * (ROWS * (2 if shape.SHARED_LIST else 1)) + row0
     return h, hq, hq % call.num_blocks, first_row, list_row, n_grid, n_extra, live
 
 
 @gluon.jit
-def _ring_slot(shape, c: gl.constexpr, i):
-    """Slot and phase of step ``i`` of consumer ``c`` (PSA's consumers share ring 0, Sol's each
-    have their own): the producer and the consumer of a ring walk the same sequence."""
-    base = 0 if shape.SHARED_LIST else c * shape.STAGES
-    return base + i % shape.STAGES, (i // shape.STAGES) & 1
+def _ring_slot(shape, i):
+    """Slot and phase of ring step ``i``: the producer and both consumers walk the same steps."""
+    return i % shape.STAGES, (i // shape.STAGES) & 1
 
 
 @gluon.jit
@@ -217,9 +226,15 @@ def _box_corner(blk, t, shape):
 
 @gluon.jit
 def _listed_block(ids, j, n):
-    """Listed block ``j`` of ``n`` as int32 (0 past the list; ids may be stored in 16 bits),
+    """Listed entry ``j`` of ``n`` as int32 (0 past the list; ids may be stored in 16 bits),
     read a block ahead of its use by the loops below."""
     return gl.load(ids + j, mask=j < n, other=0).to(gl.int32)
+
+
+@gluon.jit
+def _stream_entry(entry):
+    """Block and users (bit 0: item 0 computes it, bit 1: item 1) of a Sol pair-stream entry."""
+    return entry >> 2, entry & 3
 
 
 @gluon.jit
@@ -232,12 +247,11 @@ def _covered_steps(blk, shape):
 
 @gluon.jit
 def _pool_shared(call, shape):
-    """Whether the program's two Sol work items read the same pooled keys (one head, both
-    live): then one copy of each pooled chunk, in ring 0, serves both consumers."""
+    """Whether both of the program's Sol work items are live (they are in one head): then each
+    pooled chunk in the ring serves both consumers, else item 0 alone."""
     if shape.POOLED and not shape.SHARED_LIST:
-        _, hq0, _, _, _, _, _, live0 = _work_item(call, shape, 0)
-        _, hq1, _, _, _, _, _, live1 = _work_item(call, shape, 1)
-        shared = live0 & live1 & (hq0 // call.num_blocks == hq1 // call.num_blocks)
+        _, _, _, _, _, _, _, live1 = _work_item(call, shape, 1)
+        shared = live1
     else:
         shared = False
     return shared
@@ -308,10 +322,10 @@ def _produce_edge_step(call, ring, shape, s, corner, k_at, v_at, slot, phase):
 
 
 @gluon.jit
-def _producer(call, ring, shape, c: gl.constexpr):
-    """Issue every K/V box consumer ``c``'s work item reads, in the order it reads them."""
+def _producer(call, ring, shape):
+    """Issue every K/V box the program's consumers read, in the order they read them."""
     b = gl.program_id(1)
-    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, c)
+    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, 0)
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     ids = call.IDS + list_row * call.list_stride
     if shape.K_HEADS_IN_COLUMNS:
@@ -329,10 +343,9 @@ def _producer(call, ring, shape, c: gl.constexpr):
     i = 0
     if shape.POOLED:
         pool_row = b * call.group_heads + hq // call.num_blocks
-        # Shared pooled chunks are producer 0's to load.
-        n_pool = gl.where(live & ((c == 0) | (_pool_shared(call, shape) == 0)), gl.cdiv(call.num_blocks, BLOCK_N), 0)
+        n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
         for chunk in range(n_pool):
-            slot, phase = _ring_slot(shape, c, i)
+            slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_pool, call.v_pool, [pool_row, chunk * BLOCK_N, 0], [pool_row, chunk * BLOCK_N, 0],
                           ring, slot, phase)
             i += 1
@@ -344,7 +357,7 @@ def _producer(call, ring, shape, c: gl.constexpr):
             blk_next = _listed_block(ids, j + 1, n_grid)
             n_sub, on_edge = _covered_steps(blk, shape)
             for s in range(n_sub):
-                slot, phase = _ring_slot(shape, c, i)
+                slot, phase = _ring_slot(shape, i)
                 if on_edge:
                     _produce_edge_step(call, ring, shape, s, _box_corner(blk, 0, shape), (k_b, k_col), (v_b, v_col),
                                        slot, phase)
@@ -358,8 +371,10 @@ def _producer(call, ring, shape, c: gl.constexpr):
         for t in range(n_grid * SUB):
             blk = blk_next
             blk_next = _listed_block(ids, (t + 1) // SUB, n_grid)
+            if not shape.SHARED_LIST:
+                blk, _ = _stream_entry(blk)
             t0, h0, w0 = _box_corner(blk, t, shape)
-            slot, phase = _ring_slot(shape, c, i)
+            slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring, slot,
                           phase)
             i += 1
@@ -367,8 +382,10 @@ def _producer(call, ring, shape, c: gl.constexpr):
     if shape.HAS_EXTRA:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
+            if not shape.SHARED_LIST:
+                blk, _ = _stream_entry(blk)
             row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS + (t % XSUB) * BLOCK_N
-            slot, phase = _ring_slot(shape, c, i)
+            slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_seq, call.v_seq, [k_b, row, k_col], [v_b, row, v_col], ring, slot, phase)
             i += 1
 
@@ -376,9 +393,10 @@ def _producer(call, ring, shape, c: gl.constexpr):
 @aggregate
 class Consumer:
     """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
-    it waits on), whether it takes turns with the other consumer (``PING_PONG``), the layouts
-    of its scores, accumulator and P operand, the softmax scale, and whether it releases each
-    slot for both consumers (``release_twice``: Sol's ring 0, unless consumer 1 reads it too)."""
+    it waits on, which bit of a Sol stream entry is its item's), whether it takes turns with
+    the other consumer (``PING_PONG``), the layouts of its scores, accumulator and P operand,
+    the softmax scale, and whether it releases each slot for both consumers (``release_twice``:
+    Sol's pooled chunks when item 1 is not live)."""
 
     c: gl.constexpr
     PING_PONG: gl.constexpr
@@ -426,6 +444,24 @@ def _attend(state, q_smem, ring, slot, phase, bias, me):
     mbarrier.arrive(ring.empty.index(slot), count=1)
     mbarrier.arrive(ring.empty.index(slot), count=1, pred=me.release_twice)
     return acc, m_i, l_i
+
+
+@gluon.jit
+def _pass(ring, slot, phase):
+    """Release a slot without computing it (a Sol stream step of the other item's block), once
+    it holds this lap's copy: an arrival before that would count for the last lap."""
+    mbarrier.wait(ring.k_ready.index(slot), phase)
+    mbarrier.arrive(ring.empty.index(slot), count=1)
+
+
+@gluon.jit
+def _stream_step(state, q_smem, ring, slot, phase, bias, me, users):
+    """One step of a Sol pair stream: computed if ``users`` has this consumer's item, else passed."""
+    if ((users >> me.c) & 1) != 0:
+        state = _attend(state, q_smem, ring, slot, phase, bias, me)
+    else:
+        _pass(ring, slot, phase)
+    return state
 
 
 @gluon.jit
@@ -520,21 +556,20 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
     me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, acc_layout=acc_layout,
-                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2,
-                  release_twice=not shape.SHARED_LIST and c == 0)
+                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2, release_twice=False)
     state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
              gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout)),
              gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout)))
     if shape.SHARED_LIST:
         zero = n_grid * 0  # run-time zero: loop-carried state must not start as a constexpr
-        first_slot, _ = _ring_slot(shape, c, zero)
+        first_slot, _ = _ring_slot(shape, zero)
         state = state + (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), first_slot, zero, zero > 0, zero)
     i = 0
     if shape.POOLED:
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
-        bits = call.ROUTED_BITS + list_row * call.bits_stride
+        bits = call.ROUTED_BITS + (b.to(gl.int64) * call.bits_batch_stride + hq) * call.bits_stride
         n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
-        # Shared pooled chunks come through ring 0, each slot released once by each consumer.
+        # Each chunk in the ring is released once by each consumer, or twice by item 0 alone.
         shared = _pool_shared(call, shape)
         me_pool = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout,
                            acc_layout=acc_layout, p_layout=p_layout, qk_scale_log2=call.qk_scale_log2,
@@ -548,12 +583,11 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             log2_len = gl.load(call.LOG2_LEN + cols, mask=col_ok, other=float("-inf"))
             routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
             bias = gl.where(routed, float("-inf"), log2_len)
-            own_slot, phase = _ring_slot(shape, c, i)
-            ring0_slot, _ = _ring_slot(shape, 0, i)
-            state = _step(state, q_smem, ring, gl.where(shared, ring0_slot, own_slot), phase, bias, me_pool)
+            slot, phase = _ring_slot(shape, i)
+            state = _step(state, q_smem, ring, slot, phase, bias, me_pool)
             i += 1
-        if c == 1:
-            i = gl.where(shared, 0, i)  # its own ring starts with the exact phase
+        # An item 1 that is not live read no chunk: its stream starts where item 0's does.
+        i = gl.cdiv(call.num_blocks, BLOCK_N)
     SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
     box_h = (offs_n // TILE_W) % TILE_H
@@ -569,10 +603,10 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             n_sub, on_edge = _covered_steps(blk, shape)
             for s in range(n_sub):
                 bias = gl.where(foreign & (on_edge & (s == 1)), float("-inf"), zero_bias)
-                slot, phase = _ring_slot(shape, c, i)
+                slot, phase = _ring_slot(shape, i)
                 state = _step(state, q_smem, ring, slot, phase, bias, me)
                 i += 1
-    else:
+    elif shape.SHARED_LIST:
         for t in range(n_grid * SUB):
             if shape.GRID_PADDED:
                 t0, h0, w0 = _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape)
@@ -580,17 +614,37 @@ def _consumer(call, ring, shape, c: gl.constexpr):
                 bias = gl.where(inside, 0.0, float("-inf"))
             else:
                 bias = zero_bias
-            slot, phase = _ring_slot(shape, c, i)
+            slot, phase = _ring_slot(shape, i)
             state = _step(state, q_smem, ring, slot, phase, bias, me)
             i += 1
+    else:
+        entry_next = _listed_block(ids, 0, n_grid)
+        for j in range(n_grid):
+            blk, users = _stream_entry(entry_next)
+            entry_next = _listed_block(ids, j + 1, n_grid)
+            for s in range(SUB):
+                if shape.GRID_PADDED:
+                    t0, h0, w0 = _box_corner(blk, s, shape)
+                    inside = (t0 + box_t < call.tokens_t) & (h0 + box_h < call.tokens_h) & (w0 + box_w < call.tokens_w)
+                    bias = gl.where(inside, 0.0, float("-inf"))
+                else:
+                    bias = zero_bias
+                slot, phase = _ring_slot(shape, i)
+                state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
+                i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
+            if not shape.SHARED_LIST:
+                blk, users = _stream_entry(blk)
             length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
-            slot, phase = _ring_slot(shape, c, i)
-            state = _step(state, q_smem, ring, slot, phase, bias, me)
+            slot, phase = _ring_slot(shape, i)
+            if shape.SHARED_LIST:
+                state = _step(state, q_smem, ring, slot, phase, bias, me)
+            else:
+                state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
             i += 1
 
     if shape.SHARED_LIST:
@@ -617,7 +671,7 @@ def _ws_block_sparse_kernel(
     Q, O, K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL, K_HALF, V_HALF, K_ROW, V_ROW,
     WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS,
     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
-    n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
+    n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_batch_stride, bits_stride,
     num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
     TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
@@ -628,23 +682,20 @@ def _ws_block_sparse_kernel(
     dtype: gl.constexpr = K_GRID.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
     ring_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    RINGS: gl.constexpr = 1 if SHARED_LIST else 2
-    slot_barriers: gl.constexpr = [RINGS * STAGES, 1]
+    slot_barriers: gl.constexpr = [STAGES, 1]
     ring = Ring(q_bufs=gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout),
-                k_ring=gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
-                v_ring=gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                k_ring=gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                v_ring=gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], ring_layout),
                 k_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 v_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 empty=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 turn=gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()))
     mbarrier.init(ring.turn.index(0), count=1)
     mbarrier.init(ring.turn.index(1), count=1)
-    for s in gl.static_range(RINGS * STAGES):
+    for s in gl.static_range(STAGES):
         mbarrier.init(ring.k_ready.index(s), count=1)
         mbarrier.init(ring.v_ready.index(s), count=1)
-        # A slot is free again once both consumers are done with it: PSA's one ring, and Sol's
-        # ring 0, which also carries the pooled chunks its two work items share.
-        mbarrier.init(ring.empty.index(s), count=2 if RINGS == 1 or s < STAGES else 1)
+        mbarrier.init(ring.empty.index(s), count=2)  # free again once both consumers are done with it
     shape = LoopShape(HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_TOKENS=BLOCK_TOKENS, TILE_T=TILE_T, TILE_H=TILE_H,
                       TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES,
                       SHARED_LIST=SHARED_LIST, K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS,
@@ -657,18 +708,13 @@ def _ws_block_sparse_kernel(
         stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob, stride_on=stride_on, stride_oh=stride_oh,
         n_work=n_work, tiles_per_block=tiles_per_block,
         num_blocks=num_blocks, head_base=head_base, list_batch_stride=list_batch_stride, list_stride=list_stride,
-        bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads, n_grid_blocks=n_grid_blocks,
+        bits_batch_stride=bits_batch_stride, bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads, n_grid_blocks=n_grid_blocks,
         n_grid_tokens=n_grid_tokens, tokens_t=tokens_t, tokens_h=tokens_h, tokens_w=tokens_w,
         qk_scale_log2=qk_scale_log2)
-    # One producer per ring; consumer 0 is the default partition (it runs in the kernel's 4 warps).
-    if SHARED_LIST:
-        gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
-                            (_producer, (call, ring, shape, 0))],
-                           [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
-                            (_producer, (call, ring, shape, 0)), (_producer, (call, ring, shape, 1))],
-                           [4, 1, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
+    # Consumer 0 is the default partition (it runs in the kernel's 4 warps).
+    gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
+                        (_producer, (call, ring, shape))],
+                       [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # Shared memory a launch may fill (of the 227 KB a block may ask for on sm_90), leaving room
@@ -677,12 +723,12 @@ SHARED_MEMORY_BUDGET = 232448 - 2048
 
 
 def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, most: int) -> int:
-    """Slots per key ring: as many as fit beside the two 64-row query tiles, at most ``most``
-    (the configuration's ``num_stages``)."""
-    rings = 1 if block_m == 128 else 2
+    """Slots of the key ring: as many as fit beside the two 64-row query tiles, at most ``most``
+    (the configuration's ``num_stages``) per work item: Sol's two items of a program share
+    the ring, so with 64-row tiles it has twice that."""
     slot = 2 * block_n * head_dim * element_size  # a K and a V tile
     free = SHARED_MEMORY_BUDGET - 2 * ROWS.value * head_dim * element_size
-    return max(0, min(most, free // (rings * slot)))
+    return max(0, min(most * (1 if block_m == 128 else 2), free // slot))
 
 
 def ws_supported(q, k, v, mask, sub_frames, num_stages: int, pooled: bool) -> bool:
@@ -784,18 +830,23 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
     else:
         k_pool, v_pool, log2_len, bits = k_grid, v_grid, lay.lengths, mask.counts
     shared = mask.block_m == 128
-    n_work = mask.work.shape[0]
+    items_per_batch = 0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks
+    if shared:  # PSA: a program per 128-row query tile, its block's list
+        work, counts, ids, list_batch_stride = mask.work, mask.counts, mask.ids, items_per_batch
+    else:  # Sol: a program per pair of query blocks, their stream
+        streams = pair_streams(mask)
+        work, counts, ids, list_batch_stride = streams.work, streams.counts, streams.entries, streams.n_pairs
     nT, nH, nW = lay.block_grid
-    _ws_block_sparse_kernel[(triton.cdiv(n_work, 1 if shared else 2), B)](
+    _ws_block_sparse_kernel[(work.shape[0] // (1 if shared else 2), B)](
         Q=q, O=out, K_GRID=k_grid, V_GRID=v_grid, K_SEQ=k_seq, V_SEQ=v_seq, K_POOL=k_pool, V_POOL=v_pool,
         K_HALF=k_half, V_HALF=v_half, K_ROW=k_row, V_ROW=v_row,
-        WORK=mask.work, COUNTS=mask.counts, IDS=mask.ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
+        WORK=work, COUNTS=counts, IDS=ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
         LOG2_LEN=log2_len, ROUTED_BITS=bits,
         stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
         stride_ob=out.stride(0), stride_on=out.stride(1), stride_oh=out.stride(2),
-        n_work=n_work, tiles_per_block=mask.tiles_per_block, num_blocks=lay.n_blocks, head_base=head_base,
-        list_batch_stride=0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks,
-        list_stride=mask.ids.shape[-1], bits_stride=bits.shape[-1],
+        n_work=work.shape[0], tiles_per_block=mask.tiles_per_block, num_blocks=lay.n_blocks, head_base=head_base,
+        list_batch_stride=list_batch_stride, list_stride=ids.shape[-1], bits_batch_stride=items_per_batch,
+        bits_stride=bits.shape[-1],
         num_heads=H, group_heads=mask.num_heads, n_grid_blocks=lay.n_grid_blocks,
         n_grid_tokens=lay.n_grid_tokens, tokens_t=lay.grid[0], tokens_h=lay.grid[1], tokens_w=lay.grid[2],
         qk_scale_log2=scale * math.log2(math.e),

@@ -1,0 +1,96 @@
+"""The Hopper loop's Sol pair streams (``sol_router.pair_streams``): two neighbouring query
+blocks per program, one key stream holding the union of their routed blocks, each entry
+tagged with the items that compute it. The kernel runs through Triton's interpreter here;
+the loop that reads the streams is checked on the GPU (tests/gpu)."""
+import pytest
+import torch
+
+from kernels.block_mask import block_layout, row_major_layout
+from kernels.sol_router import pair_partners, pair_streams, pair_work, route
+from kernels.sol_routing import forced_key_blocks
+
+
+def routed_mask(layout, batch, heads, density, seed):
+    g = torch.Generator().manual_seed(seed)
+    q_mean = torch.randn(batch, heads, layout.n_blocks, 16, generator=g)
+    k_mean = torch.randn(batch, heads, layout.n_blocks, 16, generator=g)
+    # τ at a quantile of each row's proxy scores: about ``density`` of the blocks routed.
+    proxy = q_mean @ k_mean.transpose(-1, -2) * 0.25
+    tau = proxy.quantile(1 - density, dim=-1)
+    forced = forced_key_blocks(layout, [])
+    return route(q_mean, k_mean, tau, forced, layout, scale=0.25, keep_diagonal=False)
+
+
+def streams_reference(mask):
+    """Per (batch, program): the ascending (block, users) pairs of the union, from the dense map."""
+    selected = mask.to_dense()  # (B, Hg, N, N)
+    n = mask.layout.n_blocks
+    work = pair_work(mask.counts, mask.layout).long().reshape(-1, 2)
+    streams = []
+    for b in range(selected.shape[0]):
+        rows = []
+        for first, second in work.tolist():
+            a = selected[b, first // n, first % n]
+            c = selected[b, second // n, second % n] if second >= 0 else torch.zeros_like(a)
+            users = a.int() + 2 * c.int()
+            blocks = torch.nonzero(users).squeeze(1)
+            rows.append([(int(blk), int(users[blk])) for blk in blocks])
+        streams.append(rows)
+    return streams
+
+
+@pytest.mark.parametrize("grid, tile, extra", [((5, 8, 16), (1, 8, 8), 0), ((4, 6, 10), (2, 4, 8), 70),
+                                               ((3, 8, 8), (1, 8, 8), 64)])
+def test_partners_cover_every_block_once_with_the_next_frame(grid, tile, extra):
+    lay = block_layout(grid, tile, extra)
+    partners = pair_partners(lay)
+    listed = partners[partners >= 0]
+    assert sorted(listed.tolist()) == list(range(lay.n_blocks))
+    frame = lay.n_grid_blocks // lay.block_grid[0]
+    for first, second in partners.tolist():
+        if second < 0:
+            continue
+        if first < lay.n_grid_blocks:
+            assert second - first == frame and (first // frame) % 2 == 0
+        else:
+            assert second - first == 1
+    alone = int((partners[:, 1] < 0).sum())
+    assert alone == (frame if lay.block_grid[0] % 2 else 0) + (lay.n_blocks - lay.n_grid_blocks) % 2
+
+
+def test_row_major_blocks_pair_with_the_next_block():
+    lay = row_major_layout(5 * 64 + 3)
+    assert pair_partners(lay).tolist() == [[0, 1], [2, 3], [4, 5]]
+
+
+def test_pair_work_runs_each_heads_pairs_heaviest_first():
+    lay = block_layout((4, 8, 8), (1, 8, 8))  # 4 blocks, one per frame: pairs (0, 1), (2, 3)
+    counts = torch.tensor([[[[1, 0], [0, 0], [2, 0], [3, 0]], [[4, 0], [4, 0], [1, 0], [0, 0]]]],
+                          dtype=torch.int32)
+    work = pair_work(counts, lay)
+    assert work.dtype == torch.int32
+    assert work.tolist() == [2, 3, 0, 1, 4, 5, 6, 7]  # head 0 costs (1, 5), head 1 (8, 1)
+
+
+@pytest.mark.parametrize("grid, tile, extra, batch, heads, density", [
+    ((5, 8, 16), (1, 8, 8), 0, 1, 2, 0.2),
+    ((4, 6, 10), (2, 4, 8), 70, 2, 3, 0.3),
+    ((2, 8, 72), (1, 8, 8), 0, 1, 1, 0.5),   # 18 blocks: the bitmap has a partial second word
+])
+def test_streams_hold_the_union_with_each_items_blocks_tagged(grid, tile, extra, batch, heads, density):
+    lay = block_layout(grid, tile, extra)
+    mask = routed_mask(lay, batch, heads, density, seed=sum(grid))
+    streams = pair_streams(mask)
+    assert streams.work.tolist() == pair_work(mask.counts, lay).tolist()
+    want = streams_reference(mask)
+    for b in range(batch):
+        for p, row in enumerate(want[b]):
+            n_grid, n_extra = streams.counts[b, p].tolist()
+            assert n_grid + n_extra == len(row)
+            assert n_extra == sum(blk >= lay.n_grid_blocks for blk, _ in row)
+            got = streams.entries[b, p, :len(row)].long()
+            assert (got // 4).tolist() == [blk for blk, _ in row]
+            assert (got % 4).tolist() == [users for _, users in row]
+    # Every routed (query block, key block) pair is in exactly one stream, tagged for its item.
+    tags = sum(bin(users).count("1") for rows in want for row in rows for _, users in row)
+    assert tags == int(mask.counts.sum())
