@@ -246,18 +246,6 @@ def _covered_steps(blk, shape):
 
 
 @gluon.jit
-def _pool_shared(call, shape):
-    """Whether both of the program's Sol work items are live (they are in one head): then each
-    pooled chunk in the ring serves both consumers, else item 0 alone."""
-    if shape.POOLED and not shape.SHARED_LIST:
-        _, _, _, _, _, _, _, live1 = _work_item(call, shape, 1)
-        shared = live1
-    else:
-        shared = False
-    return shared
-
-
-@gluon.jit
 def _produce_into(desc, coord, ring, slot, bar):
     """One TMA box of ``desc`` at ``coord`` into ring slot ``slot``, completing on ``bar``."""
     mbarrier.expect(bar, desc.block_type.nbytes)
@@ -343,8 +331,7 @@ def _producer(call, ring, shape):
     i = 0
     if shape.POOLED:
         pool_row = b * call.group_heads + hq // call.num_blocks
-        n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
-        for chunk in range(n_pool):
+        for chunk in range(gl.cdiv(call.num_blocks, BLOCK_N)):
             slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_pool, call.v_pool, [pool_row, chunk * BLOCK_N, 0], [pool_row, chunk * BLOCK_N, 0],
                           ring, slot, phase)
@@ -395,8 +382,7 @@ class Consumer:
     """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
     it waits on, which bit of a Sol stream entry is its item's), whether it takes turns with
     the other consumer (``PING_PONG``), the layouts of its scores, accumulator and P operand,
-    the softmax scale, and whether it releases each slot for both consumers (``release_twice``:
-    Sol's pooled chunks when item 1 is not live)."""
+    and the softmax scale."""
 
     c: gl.constexpr
     PING_PONG: gl.constexpr
@@ -405,7 +391,6 @@ class Consumer:
     acc_layout: gl.constexpr
     p_layout: gl.constexpr
     qk_scale_log2: _SCALAR
-    release_twice: _SCALAR
 
     @constexpr_function
     def __init__(self, **fields):
@@ -442,14 +427,16 @@ def _attend(state, q_smem, ring, slot, phase, bias, me):
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
     mbarrier.arrive(ring.empty.index(slot), count=1)
-    mbarrier.arrive(ring.empty.index(slot), count=1, pred=me.release_twice)
     return acc, m_i, l_i
 
 
 @gluon.jit
 def _pass(ring, slot, phase):
     """Release a slot without computing it (a Sol stream step of the other item's block), once
-    it holds this lap's copy: an arrival before that would count for the last lap."""
+    it holds this lap's copy: an arrival before that would count for the last lap. Both
+    consumers walk every ring step, computing or passing it: one that skipped steps would wait
+    on a parity a lap ahead, which a barrier that has not got there yet reads as done
+    (tests/test_ring_protocol.py models this)."""
     mbarrier.wait(ring.k_ready.index(slot), phase)
     mbarrier.arrive(ring.empty.index(slot), count=1)
 
@@ -556,7 +543,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
     me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, acc_layout=acc_layout,
-                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2, release_twice=False)
+                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
     state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
              gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout)),
              gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout)))
@@ -567,14 +554,11 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     i = 0
     if shape.POOLED:
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
+        # Every chunk serves both items of a Sol program (one head); an item 1 that is not live
+        # passes them.
         bits = call.ROUTED_BITS + (b.to(gl.int64) * call.bits_batch_stride + hq) * call.bits_stride
-        n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
-        # Each chunk in the ring is released once by each consumer, or twice by item 0 alone.
-        shared = _pool_shared(call, shape)
-        me_pool = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout,
-                           acc_layout=acc_layout, p_layout=p_layout, qk_scale_log2=call.qk_scale_log2,
-                           release_twice=(shared == 0) if c == 0 else False)
-        for chunk in range(n_pool):
+        users = live.to(gl.int32) << c
+        for chunk in range(gl.cdiv(call.num_blocks, BLOCK_N)):
             cols = chunk * BLOCK_N + offs_n
             col_ok = cols < call.num_blocks
             # Two independent loads (the routed bit does not mask the length's load): one L2
@@ -584,10 +568,11 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
             bias = gl.where(routed, float("-inf"), log2_len)
             slot, phase = _ring_slot(shape, i)
-            state = _step(state, q_smem, ring, slot, phase, bias, me_pool)
+            if shape.SHARED_LIST:
+                state = _step(state, q_smem, ring, slot, phase, bias, me)
+            else:
+                state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
             i += 1
-        # An item 1 that is not live read no chunk: its stream starts where item 0's does.
-        i = gl.cdiv(call.num_blocks, BLOCK_N)
     SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
     box_h = (offs_n // TILE_W) % TILE_H
