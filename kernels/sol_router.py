@@ -14,8 +14,10 @@ Two light kernels per group of heads, before the engine (``block_sparse``) runs:
 
 τ itself (``sol_routing.block_thresholds``, a few small GEMMs) runs in PyTorch between the
 two. On Hopper a third, ``_pair_stream_kernel``, merges the bitmaps of two neighbouring query
-blocks into one key stream for the warp-specialised loop (``pair_streams``). Lists have room for every block (``ids`` is (B, Hg, N, N)): nothing is ever dropped and
-no count is read back to the host, so a call never synchronises the device; the caller bounds
+blocks into one key stream for the warp-specialised loop (``pair_streams``).
+
+Lists have room for every block (``ids`` is (B, Hg, N, N)): nothing is ever dropped and no
+count is read back to the host, so a call never synchronises the device; the caller bounds
 the memory by running heads in groups (``sol.head_groups``).
 """
 from __future__ import annotations
