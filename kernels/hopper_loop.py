@@ -35,6 +35,7 @@ two boxes of half a slot, so no step reads the padding (NOTES #25). The semantic
 (``block_sparse.hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable kernel.
 """
 
+import functools
 import math
 
 import torch
@@ -110,7 +111,7 @@ class LoopShape:
 @aggregate
 class LoopCall:
     """The run-time arguments of a launch: q/o pointers and strides, the mask (work order,
-    counts, ids), the layout (slot map, block lengths), Sol's pooled term (log2 lengths,
+    counts, ids), the layout (slot map, block lengths, Sol's key bits), Sol's pooled term (log2 lengths,
     routed bitmap), the TMA descriptors (the edge cover's half-slot boxes: ``*_half`` one frame
     of the tile's first 4 rows, ``*_row`` the 5th row of 4 frames) and the scalars of the
     geometry."""
@@ -122,6 +123,7 @@ class LoopCall:
     IDS: gl.tensor
     ROW_MAP: gl.tensor
     LENGTHS: gl.tensor
+    KEY_BITS: gl.tensor
     LOG2_LEN: gl.tensor
     ROUTED_BITS: gl.tensor
     k_grid: tma.tensor_descriptor
@@ -232,9 +234,14 @@ def _listed_block(ids, j, n):
 
 
 @gluon.jit
-def _stream_entry(entry):
-    """Block and users (bit 0: item 0 computes it, bit 1: item 1) of a Sol pair-stream entry."""
-    return entry >> 2, entry & 3
+def _step_blocks(ids, t, n):
+    """Step ``t`` of ``n`` of a Sol pair stream (``sol_router.PairStreams``): its two key blocks
+    (the second repeats the first when that half is empty), whether the second half is empty,
+    and its users (bit 0: item 0 computes it, bit 1: item 1). Read a step ahead of its use."""
+    first = _listed_block(ids, 2 * t, 2 * n)
+    second = _listed_block(ids, 2 * t + 1, 2 * n)
+    empty = second < 0
+    return first >> 2, gl.where(empty, first >> 2, second >> 2), empty, first & 3
 
 
 @gluon.jit
@@ -262,28 +269,67 @@ def _produce_step(k_desc, v_desc, k_coord, v_coord, ring, slot, phase):
 
 
 @gluon.jit
-def _produce_halves(desc, coord, second_desc, second_coord, ring_buf, slot, bar):
-    """Two boxes of half a slot into the halves of ring slot ``slot``, completing on ``bar``
-    together (one expect for both: a barrier of count 1 would complete on the first alone).
-    A slot of D columns is stored as D / CHUNK column chunks of 128 bytes, each holding all
-    its rows (the 128-byte swizzle), so a half slot is one run of rows in every chunk: the
-    boxes are CHUNK columns wide and are copied once per chunk."""
-    CHUNK: gl.constexpr = desc.block_type.shape[4]
+def _copy_half(desc, coord, ring_buf, slot, half: gl.constexpr, bar):
+    """One box of half a slot into half ``half`` of ring slot ``slot``, completing on ``bar``
+    (the caller expects the bytes). A slot of D columns is stored as D / CHUNK column chunks of
+    128 bytes, each holding all its rows (the 128-byte swizzle), so a half slot is one run of
+    rows in every chunk: the box is CHUNK columns wide and is copied once per chunk, from the
+    column in ``coord``'s last entry on (5D grid boxes or 3D sequence boxes)."""
+    RANK: gl.constexpr = len(desc.block_type.shape)
+    CHUNK: gl.constexpr = desc.block_type.shape[RANK - 1]
     CHUNKS: gl.constexpr = ring_buf.shape[2] // CHUNK
     HALF: gl.constexpr = ring_buf.shape[1] // 2
-    mbarrier.expect(bar, CHUNKS * (desc.block_type.nbytes + second_desc.block_type.nbytes))
     # (slot, chunk, half) → HALF rows × CHUNK columns; a subview may not be reinterpreted, an index may.
     runs = ring_buf._reinterpret(ring_buf.dtype, [ring_buf.shape[0] * CHUNKS * 2, HALF, CHUNK],
                                  gl.NVMMASharedLayout.get_default_for([HALF, CHUNK], ring_buf.dtype))
     for chunk in gl.static_range(CHUNKS):
-        first = runs.index((slot * CHUNKS + chunk) * 2)
-        second = runs.index((slot * CHUNKS + chunk) * 2 + 1)
-        col = chunk * CHUNK
-        tma.async_copy_global_to_shared(desc, [coord[0], coord[1], coord[2], coord[3], coord[4] + col], bar,
-                                        first._reinterpret(desc.dtype, desc.block_type.shape, desc.layout))
-        tma.async_copy_global_to_shared(
-            second_desc, [second_coord[0], second_coord[1], second_coord[2], second_coord[3], second_coord[4] + col],
-            bar, second._reinterpret(second_desc.dtype, second_desc.block_type.shape, second_desc.layout))
+        dst = runs.index((slot * CHUNKS + chunk) * 2 + half)._reinterpret(desc.dtype, desc.block_type.shape,
+                                                                           desc.layout)
+        col = coord[RANK - 1] + chunk * CHUNK
+        if RANK == 5:
+            tma.async_copy_global_to_shared(desc, [coord[0], coord[1], coord[2], coord[3], col], bar, dst)
+        else:
+            tma.async_copy_global_to_shared(desc, [coord[0], coord[1], col], bar, dst)
+
+
+@gluon.jit
+def _produce_halves(desc, coord, second_desc, second_coord, ring_buf, slot, bar):
+    """Two boxes of half a slot into the halves of ring slot ``slot``, completing on ``bar``
+    together (one expect for both: a barrier of count 1 would complete on the first alone)."""
+    CHUNKS: gl.constexpr = ring_buf.shape[2] // desc.block_type.shape[4]
+    mbarrier.expect(bar, CHUNKS * (desc.block_type.nbytes + second_desc.block_type.nbytes))
+    _copy_half(desc, coord, ring_buf, slot, 0, bar)
+    _copy_half(second_desc, second_coord, ring_buf, slot, 1, bar)
+
+
+@gluon.jit
+def _copy_block_half(call, shape, grid_desc, seq_desc, at, blk, ring_buf, slot, half: gl.constexpr, bar):
+    """Key block ``blk`` (64 keys) of a Sol pair step into half ``half`` of ring slot ``slot``:
+    a grid box, or for an extra (text) block a sequence box."""
+    hb, col = at
+    extra = False
+    if shape.HAS_EXTRA:
+        extra = blk >= call.n_grid_blocks
+    if extra:
+        row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS
+        _copy_half(seq_desc, [hb, row, col], ring_buf, slot, half, bar)
+    else:
+        t0, h0, w0 = _box_corner(blk, 0, shape)
+        _copy_half(grid_desc, [hb, t0, h0, w0, col], ring_buf, slot, half, bar)
+
+
+@gluon.jit
+def _produce_pair_step(call, ring, shape, blocks, k_at, v_at, slot, phase):
+    """The two key blocks of a Sol pair step into the halves of ring slot ``slot``."""
+    blk0, blk1 = blocks
+    CHUNKS: gl.constexpr = shape.HEAD_DIM // call.k_grid.block_type.shape[4]
+    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    mbarrier.expect(ring.k_ready.index(slot), 2 * CHUNKS * call.k_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk0, ring.k_ring, slot, 0, ring.k_ready.index(slot))
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk1, ring.k_ring, slot, 1, ring.k_ready.index(slot))
+    mbarrier.expect(ring.v_ready.index(slot), 2 * CHUNKS * call.v_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk0, ring.v_ring, slot, 0, ring.v_ready.index(slot))
+    _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk1, ring.v_ring, slot, 1, ring.v_ready.index(slot))
 
 
 @gluon.jit
@@ -337,7 +383,16 @@ def _producer(call, ring, shape):
                           ring, slot, phase)
             i += 1
     SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
-    if shape.EDGE_COVER:
+    if not shape.SHARED_LIST:
+        # Sol: the pair stream's steps, two key blocks each (text blocks among them).
+        step_next = _step_blocks(ids, 0, n_grid)
+        for t in range(n_grid):
+            blk0, blk1, _, _ = step_next
+            step_next = _step_blocks(ids, t + 1, n_grid)
+            slot, phase = _ring_slot(shape, i)
+            _produce_pair_step(call, ring, shape, (blk0, blk1), (k_b, k_col), (v_b, v_col), slot, phase)
+            i += 1
+    elif shape.EDGE_COVER:
         blk_next = _listed_block(ids, 0, n_grid)
         for j in range(n_grid):
             blk = blk_next
@@ -358,19 +413,15 @@ def _producer(call, ring, shape):
         for t in range(n_grid * SUB):
             blk = blk_next
             blk_next = _listed_block(ids, (t + 1) // SUB, n_grid)
-            if not shape.SHARED_LIST:
-                blk, _ = _stream_entry(blk)
             t0, h0, w0 = _box_corner(blk, t, shape)
             slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring, slot,
                           phase)
             i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
-    if shape.HAS_EXTRA:
+    if shape.HAS_EXTRA and shape.SHARED_LIST:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
-            if not shape.SHARED_LIST:
-                blk, _ = _stream_entry(blk)
             row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS + (t % XSUB) * BLOCK_N
             slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_seq, call.v_seq, [k_b, row, k_col], [v_b, row, v_col], ring, slot, phase)
@@ -508,6 +559,28 @@ def _last_pv_in_turn(state, ring, c: gl.constexpr):
 
 
 @gluon.jit
+def _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n):
+    """The key bias of a Sol pair step, per slot column: 0, or -inf on the second half when it
+    is empty and on the padding keys of a block: a grid block's rows past the grid, an extra
+    block's past its length, read as 32-bit words of the block's key bits (``key_bits``) so
+    that one select and one shift per column do it."""
+    HALF: gl.constexpr = shape.BLOCK_N // 2
+    second = offs_n >= HALF
+    if shape.GRID_PADDED or shape.HAS_EXTRA:
+        high = (offs_n % HALF) >= 32
+        words = call.KEY_BITS + 2 * blk0
+        low0, high0 = gl.load(words), gl.load(words + 1)
+        words = call.KEY_BITS + 2 * blk1
+        low1 = gl.where(empty1, 0, gl.load(words))
+        high1 = gl.where(empty1, 0, gl.load(words + 1))
+        word = gl.where(second, gl.where(high, high1, low1), gl.where(high, high0, low0))
+        ok = ((word >> (offs_n % 32)) & 1) != 0
+    else:
+        ok = ~(second & empty1)
+    return gl.where(ok, 0.0, float("-inf"))
+
+
+@gluon.jit
 def _consumer(call, ring, shape, c: gl.constexpr):
     """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
     b = gl.program_id(1)
@@ -603,33 +676,23 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             state = _step(state, q_smem, ring, slot, phase, bias, me)
             i += 1
     else:
-        entry_next = _listed_block(ids, 0, n_grid)
-        for j in range(n_grid):
-            blk, users = _stream_entry(entry_next)
-            entry_next = _listed_block(ids, j + 1, n_grid)
-            for s in range(SUB):
-                if shape.GRID_PADDED:
-                    t0, h0, w0 = _box_corner(blk, s, shape)
-                    inside = (t0 + box_t < call.tokens_t) & (h0 + box_h < call.tokens_h) & (w0 + box_w < call.tokens_w)
-                    bias = gl.where(inside, 0.0, float("-inf"))
-                else:
-                    bias = zero_bias
-                slot, phase = _ring_slot(shape, i)
-                state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
-                i += 1
+        # Sol: the pair stream's steps, a key block in each half of the slot.
+        step_next = _step_blocks(ids, 0, n_grid)
+        for t in range(n_grid):
+            blk0, blk1, empty1, users = step_next
+            step_next = _step_blocks(ids, t + 1, n_grid)
+            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n)
+            slot, phase = _ring_slot(shape, i)
+            state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
+            i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
-    if shape.HAS_EXTRA:
+    if shape.HAS_EXTRA and shape.SHARED_LIST:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
-            if not shape.SHARED_LIST:
-                blk, users = _stream_entry(blk)
             length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
             slot, phase = _ring_slot(shape, i)
-            if shape.SHARED_LIST:
-                state = _step(state, q_smem, ring, slot, phase, bias, me)
-            else:
-                state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
+            state = _step(state, q_smem, ring, slot, phase, bias, me)
             i += 1
 
     if shape.SHARED_LIST:
@@ -654,7 +717,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
 @gluon.jit
 def _ws_block_sparse_kernel(
     Q, O, K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL, K_HALF, V_HALF, K_ROW, V_ROW,
-    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS,
+    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, KEY_BITS, LOG2_LEN, ROUTED_BITS,
     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
     n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_batch_stride, bits_stride,
     num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
@@ -687,7 +750,8 @@ def _ws_block_sparse_kernel(
                       V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED, HAS_EXTRA=HAS_EXTRA,
                       GRID_PADDED=GRID_PADDED, EDGE_COVER=EDGE_COVER)
     call = LoopCall(
-        Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, LOG2_LEN=LOG2_LEN,
+        Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, KEY_BITS=KEY_BITS,
+        LOG2_LEN=LOG2_LEN,
         ROUTED_BITS=ROUTED_BITS, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ, v_seq=V_SEQ, k_pool=K_POOL,
         v_pool=V_POOL, k_half=K_HALF, v_half=V_HALF, k_row=K_ROW, v_row=V_ROW, stride_qb=stride_qb,
         stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob, stride_on=stride_on, stride_oh=stride_oh,
@@ -732,12 +796,29 @@ def ws_supported(q, k, v, mask, sub_frames, num_stages: int, pooled: bool) -> bo
         return False
     if mask.block_m not in (64, 128) or sub_frames is None or (mask.block_m == 64 and not pooled):
         return False
-    block_n = sub_frames * lay.tile[1] * lay.tile[2]
-    if block_n not in (64, 128) or ring_stages(mask.block_m, block_n, q.shape[3], q.element_size(), num_stages) < 2:
+    box_rows = sub_frames * lay.tile[1] * lay.tile[2]
+    if box_rows not in (64, 128) or (mask.block_m == 64 and box_rows != 64):
+        return False
+    if ring_stages(mask.block_m, step_keys(mask.block_m, box_rows), q.shape[3], q.element_size(), num_stages) < 2:
         return False
     from .tile_loop import tma_views
 
     return all(tma_views(x, lay.grid) is not None for x in (k, v))
+
+
+@functools.lru_cache(maxsize=64)
+def key_bits(lay) -> torch.Tensor:
+    """int32 (n_blocks, 2) on the layout's device: bit j of word j // 32 of a 64-token block is
+    set when its key slot j holds a token (grid padding and the end of a short text block do
+    not). Sol's pair steps mask their padding with it. Cached, read-only."""
+    slots = (lay.row_map.view(lay.n_blocks, 2, 32) >= 0).to(torch.int64)
+    words = (slots << torch.arange(32, device=slots.device, dtype=torch.int64)).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def step_keys(block_m: int, box_rows: int) -> int:
+    """Key rows of a ring step: PSA's TMA box; for Sol (64-row tiles) two 64-key blocks."""
+    return box_rows if block_m == 128 else 2 * box_rows
 
 
 def _tma_descriptor(x, shape, strides, box):
@@ -775,23 +856,26 @@ def key_steps(lay, sub_frames) -> torch.Tensor:
     return steps
 
 
-def _descriptors(x, lay, sub_frames, block_n, cover):
+def _descriptors(x, lay, sub_frames, block_n, cover, halves):
     """The descriptors of K or V: grid boxes, sequence boxes for text blocks, the edge cover's
     two half-slot boxes (the grid boxes stand in without the cover), and whether its heads
-    are in the columns (``tile_loop.tma_views``)."""
+    are in the columns (``tile_loop.tma_views``). With ``halves`` (Sol's pair steps) the grid
+    and sequence boxes are one block × one 128-byte column chunk (``_copy_half``)."""
     from .tile_loop import tma_views
 
     (grid_shape, grid_strides), (seq_shape, seq_strides), heads_in_columns = tma_views(x, lay.grid)
     D = x.shape[3]
     _, bh, bw = lay.tile
-    grid = _tma_descriptor(x, grid_shape, grid_strides, [1, sub_frames, bh, bw, D])
+    chunk = min(D, 128 // x.element_size())  # one 128-byte swizzle column chunk (_copy_half)
+    columns = chunk if halves else D
+    grid = _tma_descriptor(x, grid_shape, grid_strides, [1, sub_frames, bh, bw, columns])
+    seq = _tma_descriptor(x, seq_shape, seq_strides, [1, block_n // 2 if halves else block_n, columns])
     if cover:
-        chunk = min(D, 128 // x.element_size())  # one 128-byte swizzle column chunk (_produce_halves)
         half = _tma_descriptor(x, grid_shape, grid_strides, [1, 1, bh // 2, bw, chunk])
         row = _tma_descriptor(x, grid_shape, grid_strides, [1, bh // 2, 1, bw, chunk])
     else:
         half = row = grid
-    return grid, _tma_descriptor(x, seq_shape, seq_strides, [1, block_n, D]), half, row, heads_in_columns
+    return grid, seq, half, row, heads_in_columns
 
 
 def _pool_descriptor(means, block_n):
@@ -805,16 +889,16 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
     caller checked ``ws_supported``)."""
     lay = mask.layout
     B, L, H, D = q.shape
-    block_n = sub_frames * lay.tile[1] * lay.tile[2]
+    shared = mask.block_m == 128
+    block_n = step_keys(mask.block_m, sub_frames * lay.tile[1] * lay.tile[2])
     cover = edge_cover(lay, sub_frames)
-    k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k, lay, sub_frames, block_n, cover)
-    v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover)
+    k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k, lay, sub_frames, block_n, cover, halves=not shared)
+    v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover, halves=not shared)
     if pooled is not None:
         k_pool, v_pool = _pool_descriptor(pooled.k_mean, block_n), _pool_descriptor(pooled.v_mean, block_n)
         log2_len, bits = pooled.log2_len, mask.routed_bits
     else:
         k_pool, v_pool, log2_len, bits = k_grid, v_grid, lay.lengths, mask.counts
-    shared = mask.block_m == 128
     items_per_batch = 0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks
     if shared:  # PSA: a program per 128-row query tile, its block's list
         work, counts, ids, list_batch_stride = mask.work, mask.counts, mask.ids, items_per_batch
@@ -826,6 +910,7 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
         Q=q, O=out, K_GRID=k_grid, V_GRID=v_grid, K_SEQ=k_seq, V_SEQ=v_seq, K_POOL=k_pool, V_POOL=v_pool,
         K_HALF=k_half, V_HALF=v_half, K_ROW=k_row, V_ROW=v_row,
         WORK=work, COUNTS=counts, IDS=ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
+        KEY_BITS=lay.lengths if shared else key_bits(lay),
         LOG2_LEN=log2_len, ROUTED_BITS=bits,
         stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
         stride_ob=out.stride(0), stride_on=out.stride(1), stride_oh=out.stride(2),

@@ -21,8 +21,10 @@ def routed_mask(layout, batch, heads, density, seed):
     return route(q_mean, k_mean, tau, forced, layout, scale=0.25, keep_diagonal=False)
 
 
-def streams_reference(mask):
-    """Per (batch, program): the ascending (block, users) pairs of the union, from the dense map."""
+def steps_reference(mask):
+    """Per (batch, program): the expected entries, from the dense map: the blocks both items
+    routed, two per step, then each item's own blocks two per step, the items alternating,
+    -1 in the empty half of a group's odd last step."""
     selected = mask.to_dense()  # (B, Hg, N, N)
     n = mask.layout.n_blocks
     work = pair_work(mask.counts, mask.layout).long().reshape(-1, 2)
@@ -32,9 +34,15 @@ def streams_reference(mask):
         for first, second in work.tolist():
             a = selected[b, first // n, first % n]
             c = selected[b, second // n, second % n] if second >= 0 else torch.zeros_like(a)
-            users = a.int() + 2 * c.int()
-            blocks = torch.nonzero(users).squeeze(1)
-            rows.append([(int(blk), int(users[blk])) for blk in blocks])
+
+            def steps(flags, users):
+                blocks = [4 * int(x) + users for x in torch.nonzero(flags).squeeze(1)]
+                blocks += [-1] * (len(blocks) % 2)
+                return [blocks[i:i + 2] for i in range(0, len(blocks), 2)]
+
+            own0, own1 = steps(a & ~c, 1), steps(c & ~a, 2)
+            mixed = [s for pair in zip(own0, own1) for s in pair] + own0[len(own1):] + own1[len(own0):]
+            rows.append([e for step in steps(a & c, 3) + mixed for e in step])
         streams.append(rows)
     return streams
 
@@ -77,20 +85,18 @@ def test_pair_work_runs_each_heads_pairs_heaviest_first():
     ((4, 6, 10), (2, 4, 8), 70, 2, 3, 0.3),
     ((2, 8, 72), (1, 8, 8), 0, 1, 1, 0.5),   # 18 blocks: the bitmap has a partial second word
 ])
-def test_streams_hold_the_union_with_each_items_blocks_tagged(grid, tile, extra, batch, heads, density):
+def test_streams_hold_the_union_in_steps_of_one_user_set(grid, tile, extra, batch, heads, density):
     lay = block_layout(grid, tile, extra)
     mask = routed_mask(lay, batch, heads, density, seed=sum(grid))
     streams = pair_streams(mask)
     assert streams.work.tolist() == pair_work(mask.counts, lay).tolist()
-    want = streams_reference(mask)
+    want = steps_reference(mask)
+    tags = 0
     for b in range(batch):
-        for p, row in enumerate(want[b]):
-            n_grid, n_extra = streams.counts[b, p].tolist()
-            assert n_grid + n_extra == len(row)
-            assert n_extra == sum(blk >= lay.n_grid_blocks for blk, _ in row)
-            got = streams.entries[b, p, :len(row)].long()
-            assert (got // 4).tolist() == [blk for blk, _ in row]
-            assert (got % 4).tolist() == [users for _, users in row]
+        for p, entries in enumerate(want[b]):
+            n_steps, rest = streams.counts[b, p].tolist()
+            assert rest == 0 and 2 * n_steps == len(entries)
+            assert streams.entries[b, p, :len(entries)].tolist() == entries
+            tags += sum(bin(e % 4).count("1") for e in entries if e >= 0)
     # Every routed (query block, key block) pair is in exactly one stream, tagged for its item.
-    tags = sum(bin(users).count("1") for rows in want for row in rows for _, users in row)
     assert tags == int(mask.counts.sum())
