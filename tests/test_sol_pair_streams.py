@@ -100,3 +100,34 @@ def test_streams_hold_the_union_in_steps_of_one_user_set(grid, tile, extra, batc
             tags += sum(bin(e % 4).count("1") for e in entries if e >= 0)
     # Every routed (query block, key block) pair is in exactly one stream, tagged for its item.
     assert tags == int(mask.counts.sum())
+
+
+def test_each_item_sees_every_token_of_its_routed_blocks_once():
+    """What a consumer computes, read as the Hopper loop reads it: the steps whose users hold
+    its item, both halves (the second unless empty), the key slots the block's key bits keep.
+    That must be every token of the blocks its query block routed, once, and nothing else."""
+    from kernels.hopper_loop import key_bits
+
+    lay = block_layout((3, 11, 16), (1, 8, 8), extra_tokens=70)  # padded rows, 2 text blocks
+    mask = routed_mask(lay, 1, 2, 0.3, seed=5)
+    streams = pair_streams(mask)
+    bits = key_bits(lay).long() & 0xFFFFFFFF
+    slots = ((bits[:, :, None] >> torch.arange(32)) & 1).reshape(lay.n_blocks, 64).bool()
+    row_map = lay.row_map.reshape(lay.n_blocks, 64)
+    selected = mask.to_dense()[0]
+    n = lay.n_blocks
+    work = streams.work.tolist()
+    for p in range(streams.n_pairs):
+        entries = streams.entries[0, p, :2 * int(streams.counts[0, p, 0])].tolist()
+        for c in (0, 1):
+            item = work[2 * p + c]
+            seen = []
+            for t in range(0, len(entries), 2):
+                first, second = entries[t:t + 2]
+                if not (first % 4 >> c) & 1:
+                    continue
+                for e in (first, second):
+                    if e >= 0:
+                        seen += row_map[e // 4][slots[e // 4]].tolist()
+            routed = row_map[selected[item // n, item % n]] if item >= 0 else row_map[:0]
+            assert sorted(seen) == sorted(routed[routed >= 0].tolist())
