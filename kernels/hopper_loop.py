@@ -18,16 +18,17 @@ Two ways to feed the consumers, chosen by the mask's query tile (``SHARED_LIST``
   both: every K/V tile in shared memory serves 128 query rows;
 - 64-row tiles (Sol-Attn's 64-token blocks): each warpgroup runs its own work item, two
   neighbouring query blocks of one head (``sol_router.pair_streams``). The ring carries one
-  stream, the union of their routed blocks, each entry tagged with the items that routed it:
-  a block both routed is loaded once for both, and a consumer passes over the slots of the
-  other's blocks without computing them (NOTES #29). Their pooled chunks are the same and
-  come through the ring once.
+  stream of 128-key steps, two of their routed blocks in the halves of each slot, each step
+  for the items that routed its blocks: a block both routed is loaded once for both, and a
+  consumer passes over the steps of the other's blocks without computing them (NOTES #29,
+  #30). Their pooled chunks are the same and come through the ring once.
 
 Each consumer folds, in one online softmax and in this order: Sol's pooled term (chunks of
 ``BLOCK_N`` pooled blocks, the routed ones masked out by the bitmap), the listed grid blocks
 (boxes of a 5D descriptor over the token grid; rows outside the grid's padding get -inf),
 the listed extra (text) blocks (boxes of a 3D descriptor over the sequence, rows past the
-block's length get -inf). On both 720p grids (45 = 5·8 + 5 rows) 3×8×W tiles run the edge
+block's length get -inf); Sol's steps mix grid and text blocks, their padding masked through
+``key_bits``. On both 720p grids (45 = 5·8 + 5 rows) 3×8×W tiles run the edge
 cover (``edge_cover``): the last block row's 3·5·W keys in 2 steps instead of 3, each step
 two boxes of half a slot, so no step reads the padding (NOTES #25). The semantics are
 ``block_sparse``'s; the float references are the same. Only Hopper builds this kernel
