@@ -810,11 +810,23 @@ def ws_supported(q, k, v, mask, sub_frames, num_stages: int, pooled: bool) -> bo
 @functools.lru_cache(maxsize=64)
 def key_bits(lay) -> torch.Tensor:
     """int32 (n_blocks, 2) on the layout's device: bit j of word j // 32 of a 64-token block is
-    set when its key slot j holds a token (grid padding and the end of a short text block do
-    not). Sol's pair steps mask their padding with it. Cached, read-only."""
-    slots = (lay.row_map.view(lay.n_blocks, 2, 32) >= 0).to(torch.int64)
-    words = (slots << torch.arange(32, device=slots.device, dtype=torch.int64)).sum(-1)
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+    set when key j of the half slot its box fills holds a token. A grid block's box is its
+    tile in (frame, row, column) order, so its padding is where the tile leaves the grid (not
+    last, as in the block's slots of ``row_map``: a tile cut in rows or frames interleaves
+    them); a text block's sequence box holds its first ``length`` keys. Sol's pair steps mask
+    their padding with it. Cached, read-only."""
+    T, H, W = lay.grid
+    bt, bh, bw = lay.tile
+    _, nH, nW = lay.block_grid
+    key = torch.arange(lay.block_tokens)
+    blk = torch.arange(lay.n_grid_blocks)[:, None]
+    inside = (((blk // (nH * nW)) * bt + key // (bh * bw) < T)
+              & (((blk % (nH * nW)) // nW) * bh + (key // bw) % bh < H)
+              & ((blk % nW) * bw + key % bw < W))
+    text = key < lay.lengths[lay.n_grid_blocks:].cpu()[:, None]
+    keys = torch.cat([inside, text]).to(torch.int64).view(lay.n_blocks, 2, 32)
+    words = (keys << torch.arange(32, dtype=torch.int64)).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).to(lay.device)
 
 
 def step_keys(block_m: int, box_rows: int) -> int:

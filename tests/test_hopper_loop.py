@@ -9,7 +9,7 @@ import torch
 
 import kernels._checks as checks
 from kernels.block_mask import block_layout, mask_from_dense, row_major_layout
-from kernels.hopper_loop import (SHARED_MEMORY_BUDGET, edge_cover, key_bits, key_steps, ring_stages, step_keys,
+from kernels.hopper_loop import (SHARED_MEMORY_BUDGET, edge_cover, key_steps, ring_stages, step_keys,
                                  ws_supported)
 from kernels.tile_loop import tma_sub_frames
 
@@ -158,16 +158,3 @@ def test_the_engine_runs_without_the_hopper_loop(fresh_loader, monkeypatch):
     out = kernels.psa_attention(q, k, v, config=ARCHITECTURES[(9, 0)], **kw)
     assert fresh_loader.cache_info().currsize == 1 and fresh_loader() is None  # the call asked, and got none
     torch.testing.assert_close(out, expected)
-
-
-def test_key_bits_mark_the_slots_that_hold_tokens():
-    """Sol's pair steps mask a block's padding keys with these bits: a grid block cut by the
-    grid's edge, and a short text block."""
-    lay = block_layout((2, 11, 8), (1, 8, 8), extra_tokens=70)  # 11 rows: the second block row has 3
-    bits = key_bits(lay)
-    assert bits.dtype == torch.int32 and bits.shape == (lay.n_blocks, 2)
-    words = (bits.long() & 0xFFFFFFFF)
-    slots = (words[:, :, None] >> torch.arange(32)) & 1
-    assert torch.equal(slots.reshape(lay.n_blocks, 64).bool(), (lay.row_map >= 0).reshape(lay.n_blocks, 64))
-    assert slots[0].sum() == 64 and slots[1].sum() == 3 * 8            # full block, edge block (3 rows)
-    assert slots[lay.n_grid_blocks].sum() == 64 and slots[-1].sum() == 6  # text blocks of 64 and 6 tokens

@@ -102,17 +102,52 @@ def test_streams_hold_the_union_in_steps_of_one_user_set(grid, tile, extra, batc
     assert tags == int(mask.counts.sum())
 
 
-def test_each_item_sees_every_token_of_its_routed_blocks_once():
-    """What a consumer computes, read as the Hopper loop reads it: the steps whose users hold
-    its item, both halves (the second unless empty), the key slots the block's key bits keep.
-    That must be every token of the blocks its query block routed, once, and nothing else."""
+def box_tokens(lay):
+    """The token each key of a block's box holds, (n_blocks, 64), -1 for none: a grid block's
+    TMA box is its tile in (frame, row, column) order, zero-filled past the grid; a text
+    block's sequence box is its 64 sequence rows from its first token on."""
+    T, H, W = lay.grid
+    bt, bh, bw = lay.tile
+    nT, nH, nW = lay.block_grid
+    padded = torch.full((nT * bt, nH * bh, nW * bw), -1, dtype=torch.int64)
+    padded[:T, :H, :W] = torch.arange(T * H * W).reshape(T, H, W)
+    grid = padded.reshape(nT, bt, nH, bh, nW, bw).permute(0, 2, 4, 1, 3, 5).reshape(lay.n_grid_blocks, 64)
+    text = T * H * W + torch.arange((lay.n_blocks - lay.n_grid_blocks) * 64).reshape(-1, 64)
+    return torch.cat([grid, torch.where(text < T * H * W + lay.extra_tokens, text, -1)])
+
+
+PADDED_LAYOUTS = [((2, 11, 8), (1, 8, 8), 70),    # 11 rows: the second block row has 3; text of 64 and 6
+                  ((5, 11, 10), (2, 4, 8), 70),   # padding in frames, rows and columns: cut tiles interleave it
+                  ((7, 11, 10), (4, 4, 4), 0)]
+
+
+@pytest.mark.parametrize("grid, tile, extra", PADDED_LAYOUTS)
+def test_key_bits_mark_the_keys_of_each_box_that_hold_tokens(grid, tile, extra):
+    """Sol's pair steps mask a block's padding keys with these bits, so they must follow the
+    box's order, not the block's slots (real tokens first)."""
     from kernels.hopper_loop import key_bits
 
-    lay = block_layout((3, 11, 16), (1, 8, 8), extra_tokens=70)  # padded rows, 2 text blocks
+    lay = block_layout(grid, tile, extra)
+    bits = key_bits(lay)
+    assert bits.dtype == torch.int32 and bits.shape == (lay.n_blocks, 2)
+    keys = ((bits.long() & 0xFFFFFFFF)[:, :, None] >> torch.arange(32)) & 1
+    assert torch.equal(keys.reshape(lay.n_blocks, 64).bool(), box_tokens(lay) >= 0)
+
+
+@pytest.mark.parametrize("grid, tile, extra", [((3, 11, 16), (1, 8, 8), 70), *PADDED_LAYOUTS[1:]])
+def test_each_item_sees_every_token_of_its_routed_blocks_once(grid, tile, extra):
+    """What a consumer computes, read as the Hopper loop reads it: the steps whose users hold
+    its item, both halves (the second unless empty), the keys of each box that its block's key
+    bits keep. That must be every token of the blocks its query block routed, once, and
+    nothing else."""
+    from kernels.hopper_loop import key_bits
+
+    lay = block_layout(grid, tile, extra)
     mask = routed_mask(lay, 1, 2, 0.3, seed=5)
     streams = pair_streams(mask)
     bits = key_bits(lay).long() & 0xFFFFFFFF
-    slots = ((bits[:, :, None] >> torch.arange(32)) & 1).reshape(lay.n_blocks, 64).bool()
+    kept = ((bits[:, :, None] >> torch.arange(32)) & 1).reshape(lay.n_blocks, 64).bool()
+    tokens = box_tokens(lay)
     row_map = lay.row_map.reshape(lay.n_blocks, 64)
     selected = mask.to_dense()[0]
     n = lay.n_blocks
@@ -128,6 +163,6 @@ def test_each_item_sees_every_token_of_its_routed_blocks_once():
                     continue
                 for e in (first, second):
                     if e >= 0:
-                        seen += row_map[e // 4][slots[e // 4]].tolist()
+                        seen += tokens[e // 4][kept[e // 4]].tolist()
             routed = row_map[selected[item // n, item % n]] if item >= 0 else row_map[:0]
             assert sorted(seen) == sorted(routed[routed >= 0].tolist())
