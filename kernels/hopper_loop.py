@@ -4,26 +4,31 @@ The portable engine (``block_sparse._block_sparse_kernel``) runs one query tile 
 with every warp doing everything: issue the copies, wait for them, the two MMAs and the
 softmax in turn. Here a program splits that work (FlashAttention-3's layout):
 
-- one **producer** warp per key ring issues the TMA copies of K and V into a ring of
-  ``STAGES`` shared-memory slots and moves on as soon as a slot is released;
+- one **producer** warp issues the TMA copies of K and V into a ring of ``STAGES``
+  shared-memory slots and moves on as soon as a slot is released;
 - two **consumer** warpgroups of 64 query rows each wait on a slot, run QKᵀ, the online
-  softmax and PV, and release the slot. The warp scheduler interleaves the two warpgroups;
-  on a shared ring (below) they take turns at the tensor cores, FlashAttention-3's
-  ping-pong: one consumer's softmax runs while the other's MMAs do (NOTES #23).
+  softmax and PV, and release the slot (a slot is free once both have). The warp scheduler
+  interleaves the two warpgroups; on PSA's tiles they take turns at the tensor cores,
+  FlashAttention-3's ping-pong: one consumer's softmax runs while the other's MMAs do
+  (NOTES #23).
 
 Two ways to feed the consumers, chosen by the mask's query tile (``SHARED_LIST``):
 
-- 128-row tiles (PSA): both warpgroups take the halves of one tile and read one ring: every
-  K/V tile in shared memory serves 128 query rows;
-- 64-row tiles (Sol-Attn's 64-token blocks): each warpgroup runs its own work item with its
-  own key list and its own ring and producer. When both items are in one head they read the
-  same pooled chunks: producer 0 loads them once, into ring 0, for both consumers.
+- 128-row tiles (PSA): both warpgroups take the halves of one tile and every step is for
+  both: every K/V tile in shared memory serves 128 query rows;
+- 64-row tiles (Sol-Attn's 64-token blocks): each warpgroup runs its own work item, two
+  neighbouring query blocks of one head (``sol_router.pair_streams``). The ring carries one
+  stream of 128-key steps, two of their routed blocks in the halves of each slot, each step
+  for the items that routed its blocks: a block both routed is loaded once for both, and a
+  consumer passes over the steps of the other's blocks without computing them (NOTES #29,
+  #30). Their pooled chunks are the same and come through the ring once.
 
 Each consumer folds, in one online softmax and in this order: Sol's pooled term (chunks of
 ``BLOCK_N`` pooled blocks, the routed ones masked out by the bitmap), the listed grid blocks
 (boxes of a 5D descriptor over the token grid; rows outside the grid's padding get -inf),
 the listed extra (text) blocks (boxes of a 3D descriptor over the sequence, rows past the
-block's length get -inf). On both 720p grids (45 = 5·8 + 5 rows) 3×8×W tiles run the edge
+block's length get -inf); Sol's steps mix grid and text blocks, their padding masked through
+``key_bits``. On both 720p grids (45 = 5·8 + 5 rows) 3×8×W tiles run the edge
 cover (``edge_cover``): the last block row's 3·5·W keys in 2 steps instead of 3, each step
 two boxes of half a slot, so no step reads the padding (NOTES #25). The semantics are
 ``block_sparse``'s; the float references are the same. Only Hopper builds this kernel
@@ -31,6 +36,7 @@ two boxes of half a slot, so no step reads the padding (NOTES #25). The semantic
 (``block_sparse.hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable kernel.
 """
 
+import functools
 import math
 
 import torch
@@ -47,6 +53,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.language.core import _aggregate as aggregate
 from triton.language.core import base_value
+
+from .sol_router import pair_streams
 
 __all__ = ["ROWS", "edge_cover", "key_steps", "ws_block_sparse_attention", "ws_supported"]
 
@@ -104,7 +112,7 @@ class LoopShape:
 @aggregate
 class LoopCall:
     """The run-time arguments of a launch: q/o pointers and strides, the mask (work order,
-    counts, ids), the layout (slot map, block lengths), Sol's pooled term (log2 lengths,
+    counts, ids), the layout (slot map, block lengths, Sol's key bits), Sol's pooled term (log2 lengths,
     routed bitmap), the TMA descriptors (the edge cover's half-slot boxes: ``*_half`` one frame
     of the tile's first 4 rows, ``*_row`` the 5th row of 4 frames) and the scalars of the
     geometry."""
@@ -116,6 +124,7 @@ class LoopCall:
     IDS: gl.tensor
     ROW_MAP: gl.tensor
     LENGTHS: gl.tensor
+    KEY_BITS: gl.tensor
     LOG2_LEN: gl.tensor
     ROUTED_BITS: gl.tensor
     k_grid: tma.tensor_descriptor
@@ -140,6 +149,7 @@ class LoopCall:
     head_base: _SCALAR
     list_batch_stride: _SCALAR
     list_stride: _SCALAR
+    bits_batch_stride: _SCALAR
     bits_stride: _SCALAR
     num_heads: _SCALAR
     group_heads: _SCALAR
@@ -157,8 +167,8 @@ class LoopCall:
 
 @aggregate
 class Ring:
-    """Shared memory of a program: the two consumers' query tiles and the key rings (K and V
-    slots with their ready and empty barriers; two rings when the consumers' lists differ)."""
+    """Shared memory of a program: the two consumers' query tiles and the key ring (K and V
+    slots with their ready and empty barriers) and the ping-pong's turn barriers."""
 
     q_bufs: gl.shared_memory_descriptor
     k_ring: gl.shared_memory_descriptor
@@ -176,33 +186,35 @@ class Ring:
 @gluon.jit
 def _work_item(call, shape, c: gl.constexpr):
     """The work item of consumer ``c`` of this program: (head, query block, first query row
-    in the block, list row, grid count, extra count, live); counts are 0 past the work."""
+    in the block, list row, grid count, extra count, live). PSA: the list of the tile's query
+    block, counts 0 past the work. Sol: the program's pair stream; an item of -1 (a query block
+    left without a partner) is not live but still walks the stream, releasing its slots."""
     pid = gl.program_id(0)
     b = gl.program_id(1)
     if shape.SHARED_LIST:
-        index = pid
-        row0 = c * ROWS
+        live = pid < call.n_work
+        work = gl.load(call.WORK + gl.minimum(pid, call.n_work - 1))
+        list_row = b.to(gl.int64) * call.list_batch_stride + work // call.tiles_per_block
+        n_grid = gl.where(live, gl.load(call.COUNTS + list_row * 2), 0)
+        n_extra = gl.where(live, gl.load(call.COUNTS + list_row * 2 + 1), 0)
+        first_row = (work % call.tiles_per_block) * (2 * ROWS) + c * ROWS
     else:
-        index = pid * 2 + c
-        row0 = 0
-    live = index < call.n_work
-    work = gl.load(call.WORK + gl.minimum(index, call.n_work - 1))
+        work = gl.load(call.WORK + pid * 2 + c)
+        live = work >= 0
+        work = gl.maximum(work, 0)
+        list_row = b.to(gl.int64) * call.list_batch_stride + pid
+        n_grid = gl.load(call.COUNTS + list_row * 2)
+        n_extra = gl.load(call.COUNTS + list_row * 2 + 1)
+        first_row = (work % call.tiles_per_block) * ROWS
     hq = work // call.tiles_per_block
-    q_tile = work % call.tiles_per_block
-    list_row = b.to(gl.int64) * call.list_batch_stride + hq
-    n_grid = gl.where(live, gl.load(call.COUNTS + list_row * 2), 0)
-    n_extra = gl.where(live, gl.load(call.COUNTS + list_row * 2 + 1), 0)
     h = call.head_base + hq // call.num_blocks
-    first_row = q_tile * (ROWS * (2 if shape.SHARED_LIST else 1)) + row0
     return h, hq, hq % call.num_blocks, first_row, list_row, n_grid, n_extra, live
 
 
 @gluon.jit
-def _ring_slot(shape, c: gl.constexpr, i):
-    """Slot and phase of step ``i`` of consumer ``c`` (PSA's consumers share ring 0, Sol's each
-    have their own): the producer and the consumer of a ring walk the same sequence."""
-    base = 0 if shape.SHARED_LIST else c * shape.STAGES
-    return base + i % shape.STAGES, (i // shape.STAGES) & 1
+def _ring_slot(shape, i):
+    """Slot and phase of ring step ``i``: the producer and both consumers walk the same steps."""
+    return i % shape.STAGES, (i // shape.STAGES) & 1
 
 
 @gluon.jit
@@ -217,9 +229,20 @@ def _box_corner(blk, t, shape):
 
 @gluon.jit
 def _listed_block(ids, j, n):
-    """Listed block ``j`` of ``n`` as int32 (0 past the list; ids may be stored in 16 bits),
+    """Listed entry ``j`` of ``n`` as int32 (0 past the list; ids may be stored in 16 bits),
     read a block ahead of its use by the loops below."""
     return gl.load(ids + j, mask=j < n, other=0).to(gl.int32)
+
+
+@gluon.jit
+def _step_blocks(ids, t, n):
+    """Step ``t`` of ``n`` of a Sol pair stream (``sol_router.PairStreams``): its two key blocks
+    (the second repeats the first when that half is empty), whether the second half is empty,
+    and its users (bit 0: item 0 computes it, bit 1: item 1). Read a step ahead of its use."""
+    first = _listed_block(ids, 2 * t, 2 * n)
+    second = _listed_block(ids, 2 * t + 1, 2 * n)
+    empty = second < 0
+    return first >> 2, gl.where(empty, first >> 2, second >> 2), empty, first & 3
 
 
 @gluon.jit
@@ -228,19 +251,6 @@ def _covered_steps(blk, shape):
     row, else one per frame) and whether it is in that row."""
     on_edge = (blk % shape.GRID_HW) // shape.GRID_W == shape.GRID_HW // shape.GRID_W - 1
     return gl.where(on_edge, 2, shape.TILE_T), on_edge
-
-
-@gluon.jit
-def _pool_shared(call, shape):
-    """Whether the program's two Sol work items read the same pooled keys (one head, both
-    live): then one copy of each pooled chunk, in ring 0, serves both consumers."""
-    if shape.POOLED and not shape.SHARED_LIST:
-        _, hq0, _, _, _, _, _, live0 = _work_item(call, shape, 0)
-        _, hq1, _, _, _, _, _, live1 = _work_item(call, shape, 1)
-        shared = live0 & live1 & (hq0 // call.num_blocks == hq1 // call.num_blocks)
-    else:
-        shared = False
-    return shared
 
 
 @gluon.jit
@@ -260,28 +270,67 @@ def _produce_step(k_desc, v_desc, k_coord, v_coord, ring, slot, phase):
 
 
 @gluon.jit
-def _produce_halves(desc, coord, second_desc, second_coord, ring_buf, slot, bar):
-    """Two boxes of half a slot into the halves of ring slot ``slot``, completing on ``bar``
-    together (one expect for both: a barrier of count 1 would complete on the first alone).
-    A slot of D columns is stored as D / CHUNK column chunks of 128 bytes, each holding all
-    its rows (the 128-byte swizzle), so a half slot is one run of rows in every chunk: the
-    boxes are CHUNK columns wide and are copied once per chunk."""
-    CHUNK: gl.constexpr = desc.block_type.shape[4]
+def _copy_half(desc, coord, ring_buf, slot, half: gl.constexpr, bar):
+    """One box of half a slot into half ``half`` of ring slot ``slot``, completing on ``bar``
+    (the caller expects the bytes). A slot of D columns is stored as D / CHUNK column chunks of
+    128 bytes, each holding all its rows (the 128-byte swizzle), so a half slot is one run of
+    rows in every chunk: the box is CHUNK columns wide and is copied once per chunk, from the
+    column in ``coord``'s last entry on (5D grid boxes or 3D sequence boxes)."""
+    RANK: gl.constexpr = len(desc.block_type.shape)
+    CHUNK: gl.constexpr = desc.block_type.shape[RANK - 1]
     CHUNKS: gl.constexpr = ring_buf.shape[2] // CHUNK
     HALF: gl.constexpr = ring_buf.shape[1] // 2
-    mbarrier.expect(bar, CHUNKS * (desc.block_type.nbytes + second_desc.block_type.nbytes))
     # (slot, chunk, half) → HALF rows × CHUNK columns; a subview may not be reinterpreted, an index may.
     runs = ring_buf._reinterpret(ring_buf.dtype, [ring_buf.shape[0] * CHUNKS * 2, HALF, CHUNK],
                                  gl.NVMMASharedLayout.get_default_for([HALF, CHUNK], ring_buf.dtype))
     for chunk in gl.static_range(CHUNKS):
-        first = runs.index((slot * CHUNKS + chunk) * 2)
-        second = runs.index((slot * CHUNKS + chunk) * 2 + 1)
-        col = chunk * CHUNK
-        tma.async_copy_global_to_shared(desc, [coord[0], coord[1], coord[2], coord[3], coord[4] + col], bar,
-                                        first._reinterpret(desc.dtype, desc.block_type.shape, desc.layout))
-        tma.async_copy_global_to_shared(
-            second_desc, [second_coord[0], second_coord[1], second_coord[2], second_coord[3], second_coord[4] + col],
-            bar, second._reinterpret(second_desc.dtype, second_desc.block_type.shape, second_desc.layout))
+        dst = runs.index((slot * CHUNKS + chunk) * 2 + half)._reinterpret(desc.dtype, desc.block_type.shape,
+                                                                           desc.layout)
+        col = coord[RANK - 1] + chunk * CHUNK
+        if RANK == 5:
+            tma.async_copy_global_to_shared(desc, [coord[0], coord[1], coord[2], coord[3], col], bar, dst)
+        else:
+            tma.async_copy_global_to_shared(desc, [coord[0], coord[1], col], bar, dst)
+
+
+@gluon.jit
+def _produce_halves(desc, coord, second_desc, second_coord, ring_buf, slot, bar):
+    """Two boxes of half a slot into the halves of ring slot ``slot``, completing on ``bar``
+    together (one expect for both: a barrier of count 1 would complete on the first alone)."""
+    CHUNKS: gl.constexpr = ring_buf.shape[2] // desc.block_type.shape[4]
+    mbarrier.expect(bar, CHUNKS * (desc.block_type.nbytes + second_desc.block_type.nbytes))
+    _copy_half(desc, coord, ring_buf, slot, 0, bar)
+    _copy_half(second_desc, second_coord, ring_buf, slot, 1, bar)
+
+
+@gluon.jit
+def _copy_block_half(call, shape, grid_desc, seq_desc, at, blk, ring_buf, slot, half: gl.constexpr, bar):
+    """Key block ``blk`` (64 keys) of a Sol pair step into half ``half`` of ring slot ``slot``:
+    a grid box, or for an extra (text) block a sequence box."""
+    hb, col = at
+    extra = False
+    if shape.HAS_EXTRA:
+        extra = blk >= call.n_grid_blocks
+    if extra:
+        row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS
+        _copy_half(seq_desc, [hb, row, col], ring_buf, slot, half, bar)
+    else:
+        t0, h0, w0 = _box_corner(blk, 0, shape)
+        _copy_half(grid_desc, [hb, t0, h0, w0, col], ring_buf, slot, half, bar)
+
+
+@gluon.jit
+def _produce_pair_step(call, ring, shape, blocks, k_at, v_at, slot, phase):
+    """The two key blocks of a Sol pair step into the halves of ring slot ``slot``."""
+    blk0, blk1 = blocks
+    CHUNKS: gl.constexpr = shape.HEAD_DIM // call.k_grid.block_type.shape[4]
+    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    mbarrier.expect(ring.k_ready.index(slot), 2 * CHUNKS * call.k_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk0, ring.k_ring, slot, 0, ring.k_ready.index(slot))
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk1, ring.k_ring, slot, 1, ring.k_ready.index(slot))
+    mbarrier.expect(ring.v_ready.index(slot), 2 * CHUNKS * call.v_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk0, ring.v_ring, slot, 0, ring.v_ready.index(slot))
+    _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk1, ring.v_ring, slot, 1, ring.v_ready.index(slot))
 
 
 @gluon.jit
@@ -308,10 +357,10 @@ def _produce_edge_step(call, ring, shape, s, corner, k_at, v_at, slot, phase):
 
 
 @gluon.jit
-def _producer(call, ring, shape, c: gl.constexpr):
-    """Issue every K/V box consumer ``c``'s work item reads, in the order it reads them."""
+def _producer(call, ring, shape):
+    """Issue every K/V box the program's consumers read, in the order they read them."""
     b = gl.program_id(1)
-    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, c)
+    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, 0)
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     ids = call.IDS + list_row * call.list_stride
     if shape.K_HEADS_IN_COLUMNS:
@@ -329,22 +378,29 @@ def _producer(call, ring, shape, c: gl.constexpr):
     i = 0
     if shape.POOLED:
         pool_row = b * call.group_heads + hq // call.num_blocks
-        # Shared pooled chunks are producer 0's to load.
-        n_pool = gl.where(live & ((c == 0) | (_pool_shared(call, shape) == 0)), gl.cdiv(call.num_blocks, BLOCK_N), 0)
-        for chunk in range(n_pool):
-            slot, phase = _ring_slot(shape, c, i)
+        for chunk in range(gl.cdiv(call.num_blocks, BLOCK_N)):
+            slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_pool, call.v_pool, [pool_row, chunk * BLOCK_N, 0], [pool_row, chunk * BLOCK_N, 0],
                           ring, slot, phase)
             i += 1
     SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
-    if shape.EDGE_COVER:
+    if not shape.SHARED_LIST:
+        # Sol: the pair stream's steps, two key blocks each (text blocks among them).
+        step_next = _step_blocks(ids, 0, n_grid)
+        for t in range(n_grid):
+            blk0, blk1, _, _ = step_next
+            step_next = _step_blocks(ids, t + 1, n_grid)
+            slot, phase = _ring_slot(shape, i)
+            _produce_pair_step(call, ring, shape, (blk0, blk1), (k_b, k_col), (v_b, v_col), slot, phase)
+            i += 1
+    elif shape.EDGE_COVER:
         blk_next = _listed_block(ids, 0, n_grid)
         for j in range(n_grid):
             blk = blk_next
             blk_next = _listed_block(ids, j + 1, n_grid)
             n_sub, on_edge = _covered_steps(blk, shape)
             for s in range(n_sub):
-                slot, phase = _ring_slot(shape, c, i)
+                slot, phase = _ring_slot(shape, i)
                 if on_edge:
                     _produce_edge_step(call, ring, shape, s, _box_corner(blk, 0, shape), (k_b, k_col), (v_b, v_col),
                                        slot, phase)
@@ -359,16 +415,16 @@ def _producer(call, ring, shape, c: gl.constexpr):
             blk = blk_next
             blk_next = _listed_block(ids, (t + 1) // SUB, n_grid)
             t0, h0, w0 = _box_corner(blk, t, shape)
-            slot, phase = _ring_slot(shape, c, i)
+            slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring, slot,
                           phase)
             i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
-    if shape.HAS_EXTRA:
+    if shape.HAS_EXTRA and shape.SHARED_LIST:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
             row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS + (t % XSUB) * BLOCK_N
-            slot, phase = _ring_slot(shape, c, i)
+            slot, phase = _ring_slot(shape, i)
             _produce_step(call.k_seq, call.v_seq, [k_b, row, k_col], [v_b, row, v_col], ring, slot, phase)
             i += 1
 
@@ -376,9 +432,9 @@ def _producer(call, ring, shape, c: gl.constexpr):
 @aggregate
 class Consumer:
     """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
-    it waits on), whether it takes turns with the other consumer (``PING_PONG``), the layouts
-    of its scores, accumulator and P operand, the softmax scale, and whether it releases each
-    slot for both consumers (``release_twice``: Sol's ring 0, unless consumer 1 reads it too)."""
+    it waits on, which bit of a Sol stream entry is its item's), whether it takes turns with
+    the other consumer (``PING_PONG``), the layouts of its scores, accumulator and P operand,
+    and the softmax scale."""
 
     c: gl.constexpr
     PING_PONG: gl.constexpr
@@ -387,7 +443,6 @@ class Consumer:
     acc_layout: gl.constexpr
     p_layout: gl.constexpr
     qk_scale_log2: _SCALAR
-    release_twice: _SCALAR
 
     @constexpr_function
     def __init__(self, **fields):
@@ -424,8 +479,28 @@ def _attend(state, q_smem, ring, slot, phase, bias, me):
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
     mbarrier.arrive(ring.empty.index(slot), count=1)
-    mbarrier.arrive(ring.empty.index(slot), count=1, pred=me.release_twice)
     return acc, m_i, l_i
+
+
+@gluon.jit
+def _pass(ring, slot, phase):
+    """Release a slot without computing it (a Sol stream step of the other item's block), once
+    it holds this lap's copy: an arrival before that would count for the last lap. Both
+    consumers walk every ring step, computing or passing it: one that skipped steps would wait
+    on a parity a lap ahead, which a barrier that has not got there yet reads as done
+    (tests/test_ring_protocol.py models this)."""
+    mbarrier.wait(ring.k_ready.index(slot), phase)
+    mbarrier.arrive(ring.empty.index(slot), count=1)
+
+
+@gluon.jit
+def _stream_step(state, q_smem, ring, slot, phase, bias, me, users):
+    """One step of a Sol pair stream: computed if ``users`` has this consumer's item, else passed."""
+    if ((users >> me.c) & 1) != 0:
+        state = _attend(state, q_smem, ring, slot, phase, bias, me)
+    else:
+        _pass(ring, slot, phase)
+    return state
 
 
 @gluon.jit
@@ -485,6 +560,28 @@ def _last_pv_in_turn(state, ring, c: gl.constexpr):
 
 
 @gluon.jit
+def _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n):
+    """The key bias of a Sol pair step, per slot column: 0, or -inf on the second half when it
+    is empty and on the padding keys of a block: a grid block's rows past the grid, an extra
+    block's past its length, read as 32-bit words of the block's key bits (``key_bits``) so
+    that one select and one shift per column do it."""
+    HALF: gl.constexpr = shape.BLOCK_N // 2
+    second = offs_n >= HALF
+    if shape.GRID_PADDED or shape.HAS_EXTRA:
+        high = (offs_n % HALF) >= 32
+        words = call.KEY_BITS + 2 * blk0
+        low0, high0 = gl.load(words), gl.load(words + 1)
+        words = call.KEY_BITS + 2 * blk1
+        low1 = gl.where(empty1, 0, gl.load(words))
+        high1 = gl.where(empty1, 0, gl.load(words + 1))
+        word = gl.where(second, gl.where(high, high1, low1), gl.where(high, high0, low0))
+        ok = ((word >> (offs_n % 32)) & 1) != 0
+    else:
+        ok = ~(second & empty1)
+    return gl.where(ok, 0.0, float("-inf"))
+
+
+@gluon.jit
 def _consumer(call, ring, shape, c: gl.constexpr):
     """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
     b = gl.program_id(1)
@@ -520,26 +617,22 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
     me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, acc_layout=acc_layout,
-                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2,
-                  release_twice=not shape.SHARED_LIST and c == 0)
+                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
     state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
              gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout)),
              gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout)))
     if shape.SHARED_LIST:
         zero = n_grid * 0  # run-time zero: loop-carried state must not start as a constexpr
-        first_slot, _ = _ring_slot(shape, c, zero)
+        first_slot, _ = _ring_slot(shape, zero)
         state = state + (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), first_slot, zero, zero > 0, zero)
     i = 0
     if shape.POOLED:
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
-        bits = call.ROUTED_BITS + list_row * call.bits_stride
-        n_pool = gl.where(live, gl.cdiv(call.num_blocks, BLOCK_N), 0)
-        # Shared pooled chunks come through ring 0, each slot released once by each consumer.
-        shared = _pool_shared(call, shape)
-        me_pool = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout,
-                           acc_layout=acc_layout, p_layout=p_layout, qk_scale_log2=call.qk_scale_log2,
-                           release_twice=(shared == 0) if c == 0 else False)
-        for chunk in range(n_pool):
+        # Every chunk serves both items of a Sol program (one head); an item 1 that is not live
+        # passes them.
+        bits = call.ROUTED_BITS + (b.to(gl.int64) * call.bits_batch_stride + hq) * call.bits_stride
+        users = live.to(gl.int32) << c
+        for chunk in range(gl.cdiv(call.num_blocks, BLOCK_N)):
             cols = chunk * BLOCK_N + offs_n
             col_ok = cols < call.num_blocks
             # Two independent loads (the routed bit does not mask the length's load): one L2
@@ -548,12 +641,12 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             log2_len = gl.load(call.LOG2_LEN + cols, mask=col_ok, other=float("-inf"))
             routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
             bias = gl.where(routed, float("-inf"), log2_len)
-            own_slot, phase = _ring_slot(shape, c, i)
-            ring0_slot, _ = _ring_slot(shape, 0, i)
-            state = _step(state, q_smem, ring, gl.where(shared, ring0_slot, own_slot), phase, bias, me_pool)
+            slot, phase = _ring_slot(shape, i)
+            if shape.SHARED_LIST:
+                state = _step(state, q_smem, ring, slot, phase, bias, me)
+            else:
+                state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
             i += 1
-        if c == 1:
-            i = gl.where(shared, 0, i)  # its own ring starts with the exact phase
     SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
     box_h = (offs_n // TILE_W) % TILE_H
@@ -569,10 +662,10 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             n_sub, on_edge = _covered_steps(blk, shape)
             for s in range(n_sub):
                 bias = gl.where(foreign & (on_edge & (s == 1)), float("-inf"), zero_bias)
-                slot, phase = _ring_slot(shape, c, i)
+                slot, phase = _ring_slot(shape, i)
                 state = _step(state, q_smem, ring, slot, phase, bias, me)
                 i += 1
-    else:
+    elif shape.SHARED_LIST:
         for t in range(n_grid * SUB):
             if shape.GRID_PADDED:
                 t0, h0, w0 = _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape)
@@ -580,16 +673,26 @@ def _consumer(call, ring, shape, c: gl.constexpr):
                 bias = gl.where(inside, 0.0, float("-inf"))
             else:
                 bias = zero_bias
-            slot, phase = _ring_slot(shape, c, i)
+            slot, phase = _ring_slot(shape, i)
             state = _step(state, q_smem, ring, slot, phase, bias, me)
             i += 1
+    else:
+        # Sol: the pair stream's steps, a key block in each half of the slot.
+        step_next = _step_blocks(ids, 0, n_grid)
+        for t in range(n_grid):
+            blk0, blk1, empty1, users = step_next
+            step_next = _step_blocks(ids, t + 1, n_grid)
+            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n)
+            slot, phase = _ring_slot(shape, i)
+            state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
+            i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
-    if shape.HAS_EXTRA:
+    if shape.HAS_EXTRA and shape.SHARED_LIST:
         for t in range(n_extra * XSUB):
             blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
             length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
-            slot, phase = _ring_slot(shape, c, i)
+            slot, phase = _ring_slot(shape, i)
             state = _step(state, q_smem, ring, slot, phase, bias, me)
             i += 1
 
@@ -615,9 +718,9 @@ def _consumer(call, ring, shape, c: gl.constexpr):
 @gluon.jit
 def _ws_block_sparse_kernel(
     Q, O, K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL, K_HALF, V_HALF, K_ROW, V_ROW,
-    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, LOG2_LEN, ROUTED_BITS,
+    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, KEY_BITS, LOG2_LEN, ROUTED_BITS,
     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
-    n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_stride,
+    n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_batch_stride, bits_stride,
     num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
     TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
@@ -628,47 +731,40 @@ def _ws_block_sparse_kernel(
     dtype: gl.constexpr = K_GRID.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
     ring_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
-    RINGS: gl.constexpr = 1 if SHARED_LIST else 2
-    slot_barriers: gl.constexpr = [RINGS * STAGES, 1]
+    slot_barriers: gl.constexpr = [STAGES, 1]
     ring = Ring(q_bufs=gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout),
-                k_ring=gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
-                v_ring=gl.allocate_shared_memory(dtype, [RINGS * STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                k_ring=gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                v_ring=gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], ring_layout),
                 k_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 v_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 empty=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 turn=gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()))
     mbarrier.init(ring.turn.index(0), count=1)
     mbarrier.init(ring.turn.index(1), count=1)
-    for s in gl.static_range(RINGS * STAGES):
+    for s in gl.static_range(STAGES):
         mbarrier.init(ring.k_ready.index(s), count=1)
         mbarrier.init(ring.v_ready.index(s), count=1)
-        # A slot is free again once both consumers are done with it: PSA's one ring, and Sol's
-        # ring 0, which also carries the pooled chunks its two work items share.
-        mbarrier.init(ring.empty.index(s), count=2 if RINGS == 1 or s < STAGES else 1)
+        mbarrier.init(ring.empty.index(s), count=2)  # free again once both consumers are done with it
     shape = LoopShape(HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_TOKENS=BLOCK_TOKENS, TILE_T=TILE_T, TILE_H=TILE_H,
                       TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES,
                       SHARED_LIST=SHARED_LIST, K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS,
                       V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED, HAS_EXTRA=HAS_EXTRA,
                       GRID_PADDED=GRID_PADDED, EDGE_COVER=EDGE_COVER)
     call = LoopCall(
-        Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, LOG2_LEN=LOG2_LEN,
+        Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, KEY_BITS=KEY_BITS,
+        LOG2_LEN=LOG2_LEN,
         ROUTED_BITS=ROUTED_BITS, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ, v_seq=V_SEQ, k_pool=K_POOL,
         v_pool=V_POOL, k_half=K_HALF, v_half=V_HALF, k_row=K_ROW, v_row=V_ROW, stride_qb=stride_qb,
         stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob, stride_on=stride_on, stride_oh=stride_oh,
         n_work=n_work, tiles_per_block=tiles_per_block,
         num_blocks=num_blocks, head_base=head_base, list_batch_stride=list_batch_stride, list_stride=list_stride,
-        bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads, n_grid_blocks=n_grid_blocks,
+        bits_batch_stride=bits_batch_stride, bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads, n_grid_blocks=n_grid_blocks,
         n_grid_tokens=n_grid_tokens, tokens_t=tokens_t, tokens_h=tokens_h, tokens_w=tokens_w,
         qk_scale_log2=qk_scale_log2)
-    # One producer per ring; consumer 0 is the default partition (it runs in the kernel's 4 warps).
-    if SHARED_LIST:
-        gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
-                            (_producer, (call, ring, shape, 0))],
-                           [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
-                            (_producer, (call, ring, shape, 0)), (_producer, (call, ring, shape, 1))],
-                           [4, 1, 1], [CONSUMER_REGS, PRODUCER_REGS, PRODUCER_REGS])
+    # Consumer 0 is the default partition (it runs in the kernel's 4 warps).
+    gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
+                        (_producer, (call, ring, shape))],
+                       [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # Shared memory a launch may fill (of the 227 KB a block may ask for on sm_90), leaving room
@@ -677,12 +773,12 @@ SHARED_MEMORY_BUDGET = 232448 - 2048
 
 
 def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, most: int) -> int:
-    """Slots per key ring: as many as fit beside the two 64-row query tiles, at most ``most``
-    (the configuration's ``num_stages``)."""
-    rings = 1 if block_m == 128 else 2
+    """Slots of the key ring: as many as fit beside the two 64-row query tiles, at most ``most``
+    (the configuration's ``num_stages``) per work item: Sol's two items of a program share
+    the ring, so with 64-row tiles it has twice that."""
     slot = 2 * block_n * head_dim * element_size  # a K and a V tile
     free = SHARED_MEMORY_BUDGET - 2 * ROWS.value * head_dim * element_size
-    return max(0, min(most, free // (rings * slot)))
+    return max(0, min(most * (1 if block_m == 128 else 2), free // slot))
 
 
 def ws_supported(q, k, v, mask, sub_frames, num_stages: int, pooled: bool) -> bool:
@@ -701,12 +797,41 @@ def ws_supported(q, k, v, mask, sub_frames, num_stages: int, pooled: bool) -> bo
         return False
     if mask.block_m not in (64, 128) or sub_frames is None or (mask.block_m == 64 and not pooled):
         return False
-    block_n = sub_frames * lay.tile[1] * lay.tile[2]
-    if block_n not in (64, 128) or ring_stages(mask.block_m, block_n, q.shape[3], q.element_size(), num_stages) < 2:
+    box_rows = sub_frames * lay.tile[1] * lay.tile[2]
+    if box_rows not in (64, 128) or (mask.block_m == 64 and box_rows != 64):
+        return False
+    if ring_stages(mask.block_m, step_keys(mask.block_m, box_rows), q.shape[3], q.element_size(), num_stages) < 2:
         return False
     from .tile_loop import tma_views
 
     return all(tma_views(x, lay.grid) is not None for x in (k, v))
+
+
+@functools.lru_cache(maxsize=64)
+def key_bits(lay) -> torch.Tensor:
+    """int32 (n_blocks, 2) on the layout's device: bit j of word j // 32 of a 64-token block is
+    set when key j of the half slot its box fills holds a token. A grid block's box is its
+    tile in (frame, row, column) order, so its padding is where the tile leaves the grid (not
+    last, as in the block's slots of ``row_map``: a tile cut in rows or frames interleaves
+    them); a text block's sequence box holds its first ``length`` keys. Sol's pair steps mask
+    their padding with it. Cached, read-only."""
+    T, H, W = lay.grid
+    bt, bh, bw = lay.tile
+    _, nH, nW = lay.block_grid
+    key = torch.arange(lay.block_tokens)
+    blk = torch.arange(lay.n_grid_blocks)[:, None]
+    inside = (((blk // (nH * nW)) * bt + key // (bh * bw) < T)
+              & (((blk % (nH * nW)) // nW) * bh + (key // bw) % bh < H)
+              & ((blk % nW) * bw + key % bw < W))
+    text = key < lay.lengths[lay.n_grid_blocks:].cpu()[:, None]
+    keys = torch.cat([inside, text]).to(torch.int64).view(lay.n_blocks, 2, 32)
+    words = (keys << torch.arange(32, dtype=torch.int64)).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).to(lay.device)
+
+
+def step_keys(block_m: int, box_rows: int) -> int:
+    """Key rows of a ring step: PSA's TMA box; for Sol (64-row tiles) two 64-key blocks."""
+    return box_rows if block_m == 128 else 2 * box_rows
 
 
 def _tma_descriptor(x, shape, strides, box):
@@ -744,23 +869,26 @@ def key_steps(lay, sub_frames) -> torch.Tensor:
     return steps
 
 
-def _descriptors(x, lay, sub_frames, block_n, cover):
+def _descriptors(x, lay, sub_frames, block_n, cover, halves):
     """The descriptors of K or V: grid boxes, sequence boxes for text blocks, the edge cover's
     two half-slot boxes (the grid boxes stand in without the cover), and whether its heads
-    are in the columns (``tile_loop.tma_views``)."""
+    are in the columns (``tile_loop.tma_views``). With ``halves`` (Sol's pair steps) the grid
+    and sequence boxes are one block × one 128-byte column chunk (``_copy_half``)."""
     from .tile_loop import tma_views
 
     (grid_shape, grid_strides), (seq_shape, seq_strides), heads_in_columns = tma_views(x, lay.grid)
     D = x.shape[3]
     _, bh, bw = lay.tile
-    grid = _tma_descriptor(x, grid_shape, grid_strides, [1, sub_frames, bh, bw, D])
+    chunk = min(D, 128 // x.element_size())  # one 128-byte swizzle column chunk (_copy_half)
+    columns = chunk if halves else D
+    grid = _tma_descriptor(x, grid_shape, grid_strides, [1, sub_frames, bh, bw, columns])
+    seq = _tma_descriptor(x, seq_shape, seq_strides, [1, block_n // 2 if halves else block_n, columns])
     if cover:
-        chunk = min(D, 128 // x.element_size())  # one 128-byte swizzle column chunk (_produce_halves)
         half = _tma_descriptor(x, grid_shape, grid_strides, [1, 1, bh // 2, bw, chunk])
         row = _tma_descriptor(x, grid_shape, grid_strides, [1, bh // 2, 1, bw, chunk])
     else:
         half = row = grid
-    return grid, _tma_descriptor(x, seq_shape, seq_strides, [1, block_n, D]), half, row, heads_in_columns
+    return grid, seq, half, row, heads_in_columns
 
 
 def _pool_descriptor(means, block_n):
@@ -774,28 +902,34 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
     caller checked ``ws_supported``)."""
     lay = mask.layout
     B, L, H, D = q.shape
-    block_n = sub_frames * lay.tile[1] * lay.tile[2]
+    shared = mask.block_m == 128
+    block_n = step_keys(mask.block_m, sub_frames * lay.tile[1] * lay.tile[2])
     cover = edge_cover(lay, sub_frames)
-    k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k, lay, sub_frames, block_n, cover)
-    v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover)
+    k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k, lay, sub_frames, block_n, cover, halves=not shared)
+    v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover, halves=not shared)
     if pooled is not None:
         k_pool, v_pool = _pool_descriptor(pooled.k_mean, block_n), _pool_descriptor(pooled.v_mean, block_n)
         log2_len, bits = pooled.log2_len, mask.routed_bits
     else:
         k_pool, v_pool, log2_len, bits = k_grid, v_grid, lay.lengths, mask.counts
-    shared = mask.block_m == 128
-    n_work = mask.work.shape[0]
+    items_per_batch = 0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks
+    if shared:  # PSA: a program per 128-row query tile, its block's list
+        work, counts, ids, list_batch_stride = mask.work, mask.counts, mask.ids, items_per_batch
+    else:  # Sol: a program per pair of query blocks, their stream
+        streams = pair_streams(mask)
+        work, counts, ids, list_batch_stride = streams.work, streams.counts, streams.entries, streams.n_pairs
     nT, nH, nW = lay.block_grid
-    _ws_block_sparse_kernel[(triton.cdiv(n_work, 1 if shared else 2), B)](
+    _ws_block_sparse_kernel[(work.shape[0] // (1 if shared else 2), B)](
         Q=q, O=out, K_GRID=k_grid, V_GRID=v_grid, K_SEQ=k_seq, V_SEQ=v_seq, K_POOL=k_pool, V_POOL=v_pool,
         K_HALF=k_half, V_HALF=v_half, K_ROW=k_row, V_ROW=v_row,
-        WORK=mask.work, COUNTS=mask.counts, IDS=mask.ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
+        WORK=work, COUNTS=counts, IDS=ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
+        KEY_BITS=lay.lengths if shared else key_bits(lay),
         LOG2_LEN=log2_len, ROUTED_BITS=bits,
         stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
         stride_ob=out.stride(0), stride_on=out.stride(1), stride_oh=out.stride(2),
-        n_work=n_work, tiles_per_block=mask.tiles_per_block, num_blocks=lay.n_blocks, head_base=head_base,
-        list_batch_stride=0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks,
-        list_stride=mask.ids.shape[-1], bits_stride=bits.shape[-1],
+        n_work=work.shape[0], tiles_per_block=mask.tiles_per_block, num_blocks=lay.n_blocks, head_base=head_base,
+        list_batch_stride=list_batch_stride, list_stride=ids.shape[-1], bits_batch_stride=items_per_batch,
+        bits_stride=bits.shape[-1],
         num_heads=H, group_heads=mask.num_heads, n_grid_blocks=lay.n_grid_blocks,
         n_grid_tokens=lay.n_grid_tokens, tokens_t=lay.grid[0], tokens_h=lay.grid[1], tokens_w=lay.grid[2],
         qk_scale_log2=scale * math.log2(math.e),

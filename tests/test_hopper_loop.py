@@ -9,16 +9,18 @@ import torch
 
 import kernels._checks as checks
 from kernels.block_mask import block_layout, mask_from_dense, row_major_layout
-from kernels.hopper_loop import SHARED_MEMORY_BUDGET, edge_cover, key_steps, ring_stages, ws_supported
+from kernels.hopper_loop import (SHARED_MEMORY_BUDGET, edge_cover, key_steps, ring_stages, step_keys,
+                                 ws_supported)
 from kernels.tile_loop import tma_sub_frames
 
 
 def test_rings_fit_sm90_shared_memory():
     assert SHARED_MEMORY_BUDGET < 232_448  # sm_90's per-block limit
     assert ring_stages(128, 128, 128, 2, most=3) == 3   # PSA: one ring of 64 KB slots
-    assert ring_stages(64, 64, 128, 2, most=3) == 3     # Sol: two rings of 32 KB slots
+    assert ring_stages(64, 128, 128, 2, most=3) == 3    # Sol's pair steps: 64 KB slots, 3 fit beside the queries
+    assert ring_stages(64, 128, 64, 2, most=3) == 6     # d 64: the two items' 3 each
     assert ring_stages(128, 128, 64, 2, most=8) == 6    # d 64: smaller slots, more of them
-    assert ring_stages(64, 128, 128, 2, most=3) == 1    # two rings of 64 KB slots do not fit twice
+    assert step_keys(64, 64) == 128 and step_keys(128, 128) == 128 and step_keys(128, 64) == 64
     assert ring_stages(128, 128, 128, 2, most=2) == 2   # capped by the configuration
 
 

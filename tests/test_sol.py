@@ -383,9 +383,8 @@ def test_row_major_blocks_take_sequences_longer_than_a_grid_axis():
 
 
 def test_routed_work_runs_each_heads_blocks_heaviest_first():
-    """The Hopper loop pairs neighbouring entries in one program: each head's query blocks
-    come heaviest first (counts summed over the batch), every (head, block) exactly once,
-    heads in order."""
+    """The portable loop's order: each head's query blocks come heaviest first (counts summed
+    over the batch), every (head, block) exactly once, heads in order."""
     from kernels.sol_router import work_by_count
 
     counts = torch.tensor([[[[3, 0], [9, 1], [5, 0]], [[1, 0], [1, 0], [7, 0]]],

@@ -145,7 +145,7 @@ SOL_CASES = [
 
 
 KERNELS = ((block_sparse, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
-           (sol_router, "_pool_kernel"), (sol_router, "_route_kernel"))
+           (sol_router, "_pool_kernel"), (sol_router, "_route_kernel"), (sol_router, "_pair_steps_kernel"))
 
 
 def capture_launches(config):
