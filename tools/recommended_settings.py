@@ -50,9 +50,9 @@ RECOMMENDED = (
     Recommendation(
         models="Wan 2.1 / 2.2 (t2v, i2v), 720p", method="sol_attn",
         settings={"target_sparsity": (0.85, 0.90), "warmup": 0.2, "dense_blocks": "0"},
-        measured="Wan2.1-14B forward 2.07× (0.85) / 2.31× (0.90) faster than cuDNN dense inside ComfyUI with "
-                 "the default 3D tiles, 2.16× / 2.41× with `sol_tile` off (session 5); kernel 3.8–4.0× / 5.4–5.6× "
-                 "(3D tiles) at 75.6K tokens",
+        measured="Wan2.1-14B forward 2.11× (0.85) / 2.35× (0.90) faster than cuDNN dense inside ComfyUI with "
+                 "the default 3D tiles (session 10), 2.16× / 2.41× with `sol_tile` off (session 5); kernel "
+                 "3.9–4.1× / 5.5× (3D tiles) at 75.6K tokens",
         workflows=("wan2.1_t2v_14B_720p_sol_attn.json", "wan2.2_i2v_A14B_two_stage_sol_attn.json")),
     Recommendation(
         models="Wan 2.1 / 2.2, 720p", method="psa", shipped_preset=True,
@@ -62,14 +62,14 @@ RECOMMENDED = (
     Recommendation(
         models="HunyuanVideo 720p", method="psa", shipped_preset=True,
         settings={"warmup": 0.2, "dense_blocks": "0"},
-        measured="HunyuanVideo-13B forward 2.35× with the shipped 720p preset (70 % sparse); kernel: PSA 6.4× at "
-                 "density 0.15 on the 768p grid",
+        measured="HunyuanVideo-13B forward 2.32–2.35× with the shipped 720p preset (70 % sparse); kernel: PSA "
+                 "6.3–6.5× at density 0.15 on the 768p grid",
         workflows=("hunyuan_video_t2v_720p_psa.json",)),
     Recommendation(
         models="HunyuanVideo 720p", method="sol_attn",
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
         remark="text tokens are kept exact",
-        measured="HunyuanVideo-13B forward 2.35× at 0.85 (row-major blocks, the kernel before the engine)"),
+        measured="HunyuanVideo-13B forward 2.59× at 0.85 (3.02× at 0.90) with the default 3D tiles (session 10)"),
     Recommendation(
         models="LTX-Video 0.9 / LTX-2", method="sol_attn",
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
