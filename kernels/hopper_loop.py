@@ -818,15 +818,16 @@ def key_bits(lay) -> torch.Tensor:
     T, H, W = lay.grid
     bt, bh, bw = lay.tile
     _, nH, nW = lay.block_grid
-    key = torch.arange(lay.block_tokens)
-    blk = torch.arange(lay.n_grid_blocks)[:, None]
+    dev = lay.device  # built where the layout lives: no copy to the host, so no sync on a first call
+    key = torch.arange(lay.block_tokens, device=dev)
+    blk = torch.arange(lay.n_grid_blocks, device=dev)[:, None]
     inside = (((blk // (nH * nW)) * bt + key // (bh * bw) < T)
               & (((blk % (nH * nW)) // nW) * bh + (key // bw) % bh < H)
               & ((blk % nW) * bw + key % bw < W))
-    text = key < lay.lengths[lay.n_grid_blocks:].cpu()[:, None]
+    text = key < lay.lengths[lay.n_grid_blocks:, None]
     keys = torch.cat([inside, text]).to(torch.int64).view(lay.n_blocks, 2, 32)
-    words = (keys << torch.arange(32, dtype=torch.int64)).sum(-1)
-    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32).to(lay.device)
+    words = (keys << torch.arange(32, dtype=torch.int64, device=dev)).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
 
 
 def step_keys(block_m: int, box_rows: int) -> int:
