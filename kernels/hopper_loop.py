@@ -582,6 +582,28 @@ def _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n):
 
 
 @gluon.jit
+def _pooled_bias(call, bits, chunk, offs_n, BLOCK_N: gl.constexpr):
+    """The key bias of pooled chunk ``chunk`` (``BLOCK_N`` pooled blocks, one per column):
+    log2 of the block's length, -inf for a routed block (it is computed exactly) and past the
+    last block. ``bits`` is the item's bitmap as 32-bit words: the chunk's words are loaded as
+    scalars, one broadcast each, and every column picks its bit from them (a per-column
+    gather of the words cost the call 1-2 ms at 75.6K tokens, NOTES #34)."""
+    cols = chunk * BLOCK_N + offs_n
+    first = chunk * (BLOCK_N // 32)
+    w0 = gl.load(bits + first, mask=first < call.bits_stride, other=0)
+    w1 = gl.load(bits + first + 1, mask=first + 1 < call.bits_stride, other=0)
+    odd = ((offs_n // 32) % 2) == 1
+    word = gl.where(odd, w1, w0)
+    if BLOCK_N == 128:
+        w2 = gl.load(bits + first + 2, mask=first + 2 < call.bits_stride, other=0)
+        w3 = gl.load(bits + first + 3, mask=first + 3 < call.bits_stride, other=0)
+        word = gl.where(offs_n >= 64, gl.where(odd, w3, w2), word)
+    routed = ((word >> (offs_n % 32)) & 1) != 0
+    log2_len = gl.load(call.LOG2_LEN + cols, mask=cols < call.num_blocks, other=float("-inf"))
+    return gl.where(routed, float("-inf"), log2_len)
+
+
+@gluon.jit
 def _consumer(call, ring, shape, c: gl.constexpr):
     """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
     b = gl.program_id(1)
@@ -633,14 +655,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
         bits = call.ROUTED_BITS + (b.to(gl.int64) * call.bits_batch_stride + hq) * call.bits_stride
         users = live.to(gl.int32) << c
         for chunk in range(gl.cdiv(call.num_blocks, BLOCK_N)):
-            cols = chunk * BLOCK_N + offs_n
-            col_ok = cols < call.num_blocks
-            # Two independent loads (the routed bit does not mask the length's load): one L2
-            # round trip, under the step's QKᵀ, before the softmax needs the bias.
-            words = gl.load(bits + cols // 64, mask=col_ok, other=0)
-            log2_len = gl.load(call.LOG2_LEN + cols, mask=col_ok, other=float("-inf"))
-            routed = ((words >> (cols % 64).to(gl.int64)) & 1) != 0
-            bias = gl.where(routed, float("-inf"), log2_len)
+            bias = _pooled_bias(call, bits, chunk, offs_n, BLOCK_N)
             slot, phase = _ring_slot(shape, i)
             if shape.SHARED_LIST:
                 state = _step(state, q_smem, ring, slot, phase, bias, me)
@@ -910,7 +925,8 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
     v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover, halves=not shared)
     if pooled is not None:
         k_pool, v_pool = _pool_descriptor(pooled.k_mean, block_n), _pool_descriptor(pooled.v_mean, block_n)
-        log2_len, bits = pooled.log2_len, mask.routed_bits
+        # The bitmap as 32-bit words (little-endian: the low half of a 64-bit word first).
+        log2_len, bits = pooled.log2_len, mask.routed_bits.view(torch.int32)
     else:
         k_pool, v_pool, log2_len, bits = k_grid, v_grid, lay.lengths, mask.counts
     items_per_batch = 0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks
