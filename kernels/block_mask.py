@@ -147,7 +147,9 @@ class BlockMask:
     ``(head · NB + query block) · tiles_per_block + tile``; ``block_m`` query rows per tile.
     ``Bm`` is 1 for a mask shared by the whole batch (PSA) or the batch size (Sol).
     ``routed_bits`` int64 (Bm, H, NB, ceil(NB / 64)), Sol only: the same pairs as a bitmap
-    (bit j % 64 of word j // 64), which the pooled correction reads to leave them out.
+    (bit j % 64 of word j // 64), which the pooled correction reads to leave them out. A Sol
+    mask routed for the Hopper loop has the bitmap only (``ids`` of width 0, ``work`` empty:
+    ``has_lists``): that loop reads pair streams made from the bitmap.
     """
 
     layout: BlockLayout
@@ -165,6 +167,10 @@ class BlockMask:
     def tiles_per_block(self) -> int:
         return -(-self.layout.block_tokens // self.block_m)
 
+    @property
+    def has_lists(self) -> bool:
+        return self.ids.shape[-1] > 0
+
     def density(self) -> torch.Tensor:
         """Share of visited (query block, key block) pairs, float32 (Bm, H) (no host sync)."""
         return self.counts.sum(dim=(-1, -2), dtype=torch.float32) / self.layout.n_blocks ** 2
@@ -172,6 +178,10 @@ class BlockMask:
     def to_dense(self) -> torch.Tensor:
         """bool (Bm, H, NB, NB): the visited pairs (for tests and pictures; syncs the host)."""
         nb = self.layout.n_blocks
+        if not self.has_lists:
+            bit = torch.arange(64, device=self.routed_bits.device)
+            dense = ((self.routed_bits[..., None] >> bit) & 1).bool()
+            return dense.flatten(-2)[..., :nb]
         total = self.counts.sum(-1).long()
         width = self.ids.shape[-1]
         listed = torch.arange(width, device=self.ids.device) < total[..., None]

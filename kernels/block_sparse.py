@@ -158,6 +158,17 @@ def device_guard(t: torch.Tensor):
     return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
 
 
+def uses_hopper_loop(q, k, v, layout, block_m: int, *, pooled: bool, config: LaunchConfig) -> bool:
+    """Whether ``block_sparse_attention`` runs the warp-specialised Hopper loop for a mask of
+    ``block_m``-row tiles on ``layout`` (else the portable kernel): the one rule, which a Sol
+    call also asks before it routes (the Hopper loop reads pair streams, not id lists)."""
+    if not config.warp_specialized:
+        return False
+    hopper = hopper_loop()
+    sub_frames = tma_sub_frames(layout.tile) if config.tma else None
+    return hopper is not None and hopper.ws_supported(q, k, v, layout, block_m, sub_frames, config.num_stages, pooled)
+
+
 def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optional[torch.Tensor] = None,
                            head_base: int = 0, pooled: Optional[PooledBlocks] = None,
                            config: Optional[LaunchConfig] = None, block_n: Optional[int] = None) -> torch.Tensor:
@@ -173,12 +184,14 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
         out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     bt = lay.block_tokens
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None
-    hopper = hopper_loop() if config.warp_specialized else None
-    if hopper is not None and hopper.ws_supported(q, k, v, mask, sub_frames, config.num_stages, pooled is not None):
+    if uses_hopper_loop(q, k, v, lay, mask.block_m, pooled=pooled is not None, config=config):
         with device_guard(q):
-            return hopper.ws_block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base,
-                                                    pooled=pooled, sub_frames=sub_frames,
-                                                    num_stages=config.num_stages)
+            return hopper_loop().ws_block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base,
+                                                           pooled=pooled, sub_frames=sub_frames,
+                                                           num_stages=config.num_stages)
+    if not mask.has_lists:
+        raise ValueError("block_sparse_attention: this mask has no id lists (it was routed for the Hopper loop, "
+                         "sol_router.route(lists=False)) and the portable kernel needs them")
     descs = grid_descriptors((k, v), lay.grid, (sub_frames, lay.tile[1], lay.tile[2])) if sub_frames else None
     k_desc, v_desc = descs[0] if descs else (k, v)
     if block_n is None:

@@ -40,7 +40,6 @@ import functools
 import math
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import constexpr_function
 from triton.experimental.gluon import language as gl
@@ -796,30 +795,30 @@ def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, mo
     return max(0, min(most * (1 if block_m == 128 else 2), free // slot))
 
 
-def ws_supported(q, k, v, mask, sub_frames, num_stages: int, pooled: bool) -> bool:
-    """Whether this call runs the warp-specialised loop (else the portable kernel runs):
-    fp16/bf16, D 64 or 128, 64- or 128-row query tiles, TMA boxes of 64 or 128 rows whose
-    ring fits at least 2 slots, and TMA views of K and V. 64-row tiles only with Sol's pooled
-    term: on bare key lists of 64-key blocks the portable loop was 2-4 % faster on the H200
-    (benchmarks/results/ws_loop_h200.json, "no-corr"), with the pooled term the warp-specialised
-    one. Never under Triton's interpreter, which does not run Gluon."""
+def ws_supported(q, k, v, layout, block_m: int, sub_frames, num_stages: int, pooled: bool) -> bool:
+    """Whether a call on ``layout`` with ``block_m``-row query tiles runs the warp-specialised
+    loop (else the portable kernel runs): fp16/bf16, D 64 or 128, 64- or 128-row query tiles,
+    TMA boxes of 64 or 128 rows whose ring fits at least 2 slots, and TMA views of K and V.
+    64-row tiles only with Sol's pooled term: on bare key lists this loop was 6 % slower than the
+    portable one on gaussian inputs and within run-to-run noise on video-like ones (H200, NOTES
+    #33). Never under Triton's interpreter, which does not run Gluon. It reads no mask, so a Sol call asks it before routing (``sol_router.route``'s
+    ``lists``)."""
     from ._checks import triton_interpreting
 
-    lay = mask.layout
     if triton_interpreting():
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in (64, 128):
         return False
-    if mask.block_m not in (64, 128) or sub_frames is None or (mask.block_m == 64 and not pooled):
+    if block_m not in (64, 128) or sub_frames is None or (block_m == 64 and not pooled):
         return False
-    box_rows = sub_frames * lay.tile[1] * lay.tile[2]
-    if box_rows not in (64, 128) or (mask.block_m == 64 and box_rows != 64):
+    box_rows = sub_frames * layout.tile[1] * layout.tile[2]
+    if box_rows not in (64, 128) or (block_m == 64 and box_rows != 64):
         return False
-    if ring_stages(mask.block_m, step_keys(mask.block_m, box_rows), q.shape[3], q.element_size(), num_stages) < 2:
+    if ring_stages(block_m, step_keys(block_m, box_rows), q.shape[3], q.element_size(), num_stages) < 2:
         return False
     from .tile_loop import tma_views
 
-    return all(tma_views(x, lay.grid) is not None for x in (k, v))
+    return all(tma_views(x, layout.grid) is not None for x in (k, v))
 
 
 @functools.lru_cache(maxsize=64)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from ._checks import unit_stride_last_dim
-from .block_sparse import block_sparse_attention
+from .block_sparse import block_sparse_attention, uses_hopper_loop
+from .launch_config import config_for_device
 from .sol_reference import check_sol_call
 from .sol_router import pool_blocks, pooled_term, route, scratch_bytes_per_head
 from .sol_routing import block_thresholds
@@ -26,10 +27,14 @@ SCRATCH_FLOOR = 32 * 2**20
 
 
 def head_groups(num_heads: int, per_head_bytes: int, output_bytes: int) -> list[tuple[int, int]]:
-    """[(first, end), ...] contiguous head ranges whose scratch fits the budget (>= 1 head)."""
+    """[(first, end), ...] contiguous head ranges whose scratch fits the budget (>= 1 head), as
+    few as fit and as even as they can be: each group is one launch of the loop, whose last
+    wave leaves SMs idle, so 40 heads by 12 run as 10, 10, 10, 10 rather than 12, 12, 12, 4."""
     budget = max(SCRATCH_SHARE * output_bytes, SCRATCH_FLOOR)
-    size = max(1, min(num_heads, int(budget // max(1, per_head_bytes))))
-    return [(h, min(num_heads, h + size)) for h in range(0, num_heads, size)]
+    most = max(1, min(num_heads, int(budget // max(1, per_head_bytes))))
+    n_groups = -(-num_heads // most)
+    bounds = [num_heads * g // n_groups for g in range(n_groups + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None, keep_diagonal=False,
@@ -54,12 +59,15 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     q, k, v = (unit_stride_last_dim(t) for t in (q, k, v))
     B, L, H, D = q.shape
     out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
-    per_head = scratch_bytes_per_head(B, layout, D, q.element_size())
+    config = config or config_for_device(q.device)
+    # The Hopper loop reads pair streams made from the bitmap, the portable one id lists.
+    lists = not uses_hopper_loop(q, k, v, layout, layout.block_tokens, pooled=correction, config=config)
+    per_head = scratch_bytes_per_head(B, layout, D, q.element_size(), lists=lists)
     exact_blocks = []
     for h0, h1 in head_groups(H, per_head, out.numel() * out.element_size()):
         # One group's scratch is freed before the next group's is allocated.
         counts = _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, estimator=estimator, scale=scale,
-                            keep_diagonal=keep_diagonal, correction=correction, config=config)
+                            keep_diagonal=keep_diagonal, correction=correction, config=config, lists=lists)
         if return_stats:
             exact_blocks.append(counts.sum(-1))
     if return_stats:
@@ -68,11 +76,12 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     return out
 
 
-def _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, *, estimator, scale, keep_diagonal, correction, config):
+def _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, *, estimator, scale, keep_diagonal, correction, config,
+               lists):
     """Heads h0 .. h1 of the output; returns their exact-block counts (B, h1 - h0, N, 2)."""
     q_mean, k_mean, v_mean = pool_blocks(q, k, v, layout, h0, h1 - h0)
     tau = block_thresholds(q_mean, k_mean, beta[h0:h1], estimator, scale)
-    mask = route(q_mean, k_mean, tau, forced, layout, scale=scale, keep_diagonal=keep_diagonal)
+    mask = route(q_mean, k_mean, tau, forced, layout, scale=scale, keep_diagonal=keep_diagonal, lists=lists)
     del q_mean, tau
     block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=h0, config=config,
                            pooled=pooled_term(k_mean, v_mean, layout) if correction else None)

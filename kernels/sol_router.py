@@ -74,7 +74,7 @@ def _route_kernel(
     Q_MEAN, K_MEAN, TAU, FORCED, COUNTS, IDS, BITS,
     num_blocks, n_grid_blocks, bits_stride, sm_scale,
     HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr, KEEP_DIAGONAL: tl.constexpr,
-    DOT_DTYPE: tl.constexpr,
+    LISTS: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):
     bh = tl.program_id(1).to(tl.int64)
     qrows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -103,8 +103,10 @@ def _route_kernel(
         # Distinct bits: their sum is their OR.
         word = tl.sum(flags.to(tl.int64) << offs_c.to(tl.int64)[None, :], 1)
         tl.store(BITS + list_rows * bits_stride + c0 // CHUNK, word, mask=row_ok)
-        pos = n_picked[:, None] + tl.cumsum(flags, 1) - 1
-        tl.store(IDS + list_rows[:, None] * num_blocks + pos, cols[None, :].to(IDS.dtype.element_ty), mask=picked)
+        if LISTS:
+            pos = n_picked[:, None] + tl.cumsum(flags, 1) - 1
+            tl.store(IDS + list_rows[:, None] * num_blocks + pos, cols[None, :].to(IDS.dtype.element_ty),
+                     mask=picked)
         n_picked += tl.sum(flags, 1)
         n_extra += tl.sum(flags * (cols >= n_grid_blocks).to(tl.int32)[None, :], 1)
     tl.store(COUNTS + list_rows * 2, n_picked - n_extra, mask=row_ok)
@@ -303,37 +305,42 @@ def _log2_lengths(layout: BlockLayout) -> torch.Tensor:
     return layout.lengths.float().log2()
 
 
-def route(q_mean, k_mean, tau, forced, layout: BlockLayout, *, scale: float, keep_diagonal: bool) -> BlockMask:
+def route(q_mean, k_mean, tau, forced, layout: BlockLayout, *, scale: float, keep_diagonal: bool,
+          lists: bool = True) -> BlockMask:
     """The block mask (with its bitmap) of a group: ``q_mean``/``k_mean`` (B, Hg, N, D),
-    ``tau`` float32 (B, Hg, N), ``forced`` bool (N,)."""
+    ``tau`` float32 (B, Hg, N), ``forced`` bool (N,). Without ``lists`` the kernel writes the
+    counts and the bitmap only: the Hopper loop's pair streams are made from the bitmap, and
+    the id lists (N² per head, most of a call's scratch) would let fewer heads share a launch."""
     B, Hg, n, D = q_mean.shape
     dev = q_mean.device
     counts = torch.empty((B, Hg, n, 2), device=dev, dtype=torch.int32)
-    ids = torch.empty((B, Hg, n, n), device=dev, dtype=torch.int16 if n < 2**15 else torch.int32)
+    ids = torch.empty((B, Hg, n, n if lists else 0), device=dev, dtype=torch.int16 if n < 2**15 else torch.int32)
     bits = torch.empty((B, Hg, n, -(-n // ROUTE_CHUNK)), device=dev, dtype=torch.int64)
     with device_guard(q_mean):
         _route_kernel[(triton.cdiv(n, ROUTE_ROWS), B * Hg)](
             Q_MEAN=q_mean, K_MEAN=k_mean, TAU=tau.contiguous(), FORCED=forced.to(torch.int8),
             COUNTS=counts, IDS=ids, BITS=bits,
             num_blocks=n, n_grid_blocks=layout.n_grid_blocks, bits_stride=bits.shape[-1], sm_scale=scale,
-            HEAD_DIM=D, ROWS=ROUTE_ROWS, CHUNK=ROUTE_CHUNK, KEEP_DIAGONAL=bool(keep_diagonal),
+            HEAD_DIM=D, ROWS=ROUTE_ROWS, CHUNK=ROUTE_CHUNK, KEEP_DIAGONAL=bool(keep_diagonal), LISTS=lists,
             DOT_DTYPE=dot_dtype_for(q_mean.dtype),
         )
-    return BlockMask(layout, counts, ids, work_by_count(counts), block_m=layout.block_tokens, routed_bits=bits)
+    work = work_by_count(counts) if lists else torch.empty(0, device=dev, dtype=torch.int32)
+    return BlockMask(layout, counts, ids, work, block_m=layout.block_tokens, routed_bits=bits)
 
 
 def pooled_term(k_mean, v_mean, layout: BlockLayout) -> PooledBlocks:
     return PooledBlocks(k_mean, v_mean, _log2_lengths(layout))
 
 
-def scratch_bytes_per_head(batch: int, layout: BlockLayout, head_dim: int, itemsize: int) -> int:
+def scratch_bytes_per_head(batch: int, layout: BlockLayout, head_dim: int, itemsize: int, *, lists: bool) -> int:
     """Device memory one head of one call needs besides its output, at its peak: while pooling,
     the float32 means and their rounded copies; while routing and in the loop, the rounded
-    means, τ, counts, the id lists, the bitmap and (the Hopper loop's) pair streams."""
+    means, τ, counts, the bitmap, and the id lists (``lists``: the portable loop) or the Hopper
+    loop's pair streams."""
     n = layout.n_blocks
     id_bytes = 2 if n < 2**15 else 4
     means = 3 * n * head_dim * itemsize
     pooling = means + 3 * n * head_dim * 4
     streams = 8 * n + (n + 1) // 2 * (n + 4) * (2 if n < 2**13 else 4)
-    routing = means + 12 * n + id_bytes * n * n + 8 * n * math.ceil(n / ROUTE_CHUNK) + streams
+    routing = means + 12 * n + 8 * n * math.ceil(n / ROUTE_CHUNK) + (id_bytes * n * n if lists else streams)
     return batch * max(pooling, routing)

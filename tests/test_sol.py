@@ -289,6 +289,18 @@ def test_heads_run_in_groups_within_the_scratch_budget(monkeypatch):
     assert sol.head_groups(40, 1, 10**12) == [(0, 40)]
 
 
+def test_head_groups_are_as_few_and_as_even_as_fit():
+    """Each group is one launch whose last wave leaves SMs idle: 40 heads, at most 12 a group,
+    run as four groups of 10; 5 heads at most 2 a group as 1, 2, 2."""
+    import kernels.sol as sol
+
+    output = 10**10  # a budget well above the floor
+    budget = sol.SCRATCH_SHARE * output
+    assert sol.head_groups(40, int(budget / 12), output) == [(0, 10), (10, 20), (20, 30), (30, 40)]
+    assert sol.head_groups(5, int(budget / 2), output) == [(0, 1), (1, 3), (3, 5)]
+    assert sol.head_groups(7, int(budget), output) == [(h, h + 1) for h in range(7)]
+
+
 def test_every_launch_runs_on_the_inputs_device(monkeypatch):
     """Triton launches on the current CUDA device; a model on cuda:1 needs each launch under a
     device guard for its tensors' device (checked here by recording the guards)."""

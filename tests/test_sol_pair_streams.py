@@ -6,11 +6,13 @@ import pytest
 import torch
 
 from kernels.block_mask import block_layout, row_major_layout
-from kernels.sol_router import pair_partners, pair_streams, pair_work, route
+from kernels.block_sparse import block_sparse_attention
+from kernels.sol import head_groups
+from kernels.sol_router import pair_partners, pair_streams, pair_work, route, scratch_bytes_per_head
 from kernels.sol_routing import forced_key_blocks
 
 
-def routed_mask(layout, batch, heads, density, seed):
+def routed_mask(layout, batch, heads, density, seed, lists=True):
     g = torch.Generator().manual_seed(seed)
     q_mean = torch.randn(batch, heads, layout.n_blocks, 16, generator=g)
     k_mean = torch.randn(batch, heads, layout.n_blocks, 16, generator=g)
@@ -18,7 +20,7 @@ def routed_mask(layout, batch, heads, density, seed):
     proxy = q_mean @ k_mean.transpose(-1, -2) * 0.25
     tau = proxy.quantile(1 - density, dim=-1)
     forced = forced_key_blocks(layout, [])
-    return route(q_mean, k_mean, tau, forced, layout, scale=0.25, keep_diagonal=False)
+    return route(q_mean, k_mean, tau, forced, layout, scale=0.25, keep_diagonal=False, lists=lists)
 
 
 def steps_reference(mask):
@@ -166,3 +168,33 @@ def test_each_item_sees_every_token_of_its_routed_blocks_once(grid, tile, extra)
                         seen += tokens[e // 4][kept[e // 4]].tolist()
             routed = row_map[selected[item // n, item % n]] if item >= 0 else row_map[:0]
             assert sorted(seen) == sorted(routed[routed >= 0].tolist())
+
+
+@pytest.mark.parametrize("grid, tile, extra", [((4, 6, 10), (2, 4, 8), 70), ((5, 8, 16), (1, 8, 8), 0)])
+def test_routing_for_the_hopper_loop_writes_the_bitmap_without_lists(grid, tile, extra):
+    """``lists=False`` (the Hopper loop's routing): the same counts, bitmap, map and pair
+    streams as with the id lists, and no lists (the portable loop refuses the mask)."""
+    lay = block_layout(grid, tile, extra)
+    listed = routed_mask(lay, 2, 3, 0.3, seed=7)
+    bare = routed_mask(lay, 2, 3, 0.3, seed=7, lists=False)
+    assert listed.has_lists and not bare.has_lists and bare.ids.numel() == 0 and bare.work.numel() == 0
+    assert torch.equal(bare.counts, listed.counts) and torch.equal(bare.routed_bits, listed.routed_bits)
+    assert torch.equal(bare.to_dense(), listed.to_dense())
+    got, want = pair_streams(bare), pair_streams(listed)
+    assert torch.equal(got.work, want.work) and torch.equal(got.counts, want.counts)
+    written = torch.arange(want.entries.shape[-1]) < 2 * want.counts[..., :1]  # entries past the steps: unspecified
+    assert torch.equal(got.entries[written], want.entries[written])
+    q = k = v = torch.randn(2, lay.n_slots, 3, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="no id lists"):
+        block_sparse_attention(q, k, v, bare, scale=0.125)
+
+
+def test_scratch_without_lists_lets_more_heads_share_a_launch():
+    """At Wan 720p (1,260 blocks, 40 heads) the id lists are most of a head's scratch: without
+    them (the Hopper loop) the heads run in 4 even launches instead of 6."""
+    lay = block_layout((21, 45, 80), (1, 8, 8))
+    listed = scratch_bytes_per_head(1, lay, 128, 2, lists=True)
+    bare = scratch_bytes_per_head(1, lay, 128, 2, lists=False)
+    output = 75600 * 40 * 128 * 2
+    assert [h1 - h0 for h0, h1 in head_groups(40, bare, output)] == [10] * 4
+    assert len(head_groups(40, listed, output)) == 6
