@@ -215,6 +215,11 @@ def work_order(visits: torch.Tensor, lengths: torch.Tensor, block_m: int, order:
     return entries[live].to(torch.int32)
 
 
+def id_dtype(n_blocks: int) -> torch.dtype:
+    """The dtype of a mask's block ids: 16 bits while they fit."""
+    return torch.int16 if n_blocks < 2**15 else torch.int32
+
+
 def mask_from_dense(keep: torch.Tensor, layout: BlockLayout, block_m: int, order: str = "head") -> BlockMask:
     """The :class:`BlockMask` of a bool (Bm, H, NB, NB) matrix of visited pairs (host work)."""
     if keep.dtype != torch.bool or keep.dim() != 4 or keep.shape[-2:] != (layout.n_blocks, layout.n_blocks):
@@ -224,7 +229,7 @@ def mask_from_dense(keep: torch.Tensor, layout: BlockLayout, block_m: int, order
     nb, ng = layout.n_blocks, layout.n_grid_blocks
     counts = torch.stack([keep[..., :ng].sum(-1), keep[..., ng:].sum(-1)], dim=-1).to(torch.int32)
     width = max(1, int(counts.sum(-1).max()))
-    ids = torch.empty(*keep.shape[:2], nb, width, dtype=torch.int16 if nb < 2**15 else torch.int32)
+    ids = torch.empty(*keep.shape[:2], nb, width, dtype=id_dtype(nb))
     index = torch.arange(nb, dtype=torch.int32)
     for b in range(keep.shape[0]):
         for h in range(keep.shape[1]):  # one head at a time: the sort key is 4 bytes a pair

@@ -16,9 +16,10 @@ Two light kernels per group of heads, before the engine (``block_sparse``) runs:
 two. On Hopper a third, ``_pair_steps_kernel``, merges the bitmaps of two neighbouring query
 blocks into one stream of 128-key steps for the warp-specialised loop (``pair_streams``).
 
-Lists have room for every block (``ids`` is (B, Hg, N, N)): nothing is ever dropped and no
-count is read back to the host, so a call never synchronises the device; the caller bounds
-the memory by running heads in groups (``sol.head_groups``).
+Lists have room for every block (``ids`` is (B, Hg, N, N); a call bound for the Hopper loop
+writes none, ``route(lists=False)``): nothing is ever dropped and no count is read back to the
+host, so a call never synchronises the device; the caller bounds the memory by running heads
+in groups (``sol.head_groups``).
 """
 from __future__ import annotations
 
@@ -30,14 +31,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .block_mask import BlockLayout, BlockMask
+from .block_mask import BlockLayout, BlockMask, id_dtype
 from .block_sparse import PooledBlocks, device_guard
 from .tile_loop import dot_dtype_for, head_offset
 
 ROUTE_ROWS = 32   # query blocks per routing program (a dot operand: >= 16)
 ROUTE_CHUNK = 64  # pooled keys per routing step: one bitmap word
 PAIR_ROWS = 16    # pair streams per program of _pair_steps_kernel
-STEP_BLOCKS = 2   # key blocks per ring step of a pair stream (two 64-key halves of a 128-key slot)
 
 
 @triton.jit
@@ -282,6 +282,11 @@ def pair_work(counts: torch.Tensor, layout: BlockLayout) -> torch.Tensor:
     return torch.where(chosen >= 0, chosen + heads, -1).reshape(-1).to(torch.int32)
 
 
+def _entry_dtype(n_blocks: int) -> torch.dtype:
+    """The dtype of pair-stream entries (4 · block + users): 16 bits while they fit."""
+    return torch.int16 if n_blocks < 2**13 else torch.int32
+
+
 def pair_streams(mask: BlockMask) -> PairStreams:
     """The Hopper loop's pair streams of a routed mask (with its bitmap)."""
     B, Hg, n, _ = mask.counts.shape
@@ -290,7 +295,7 @@ def pair_streams(mask: BlockMask) -> PairStreams:
     dev = mask.counts.device
     counts = torch.empty((B, n_pairs, 2), device=dev, dtype=torch.int32)
     # Three groups may each round up by one half: at most N + 3 entries.
-    entries = torch.empty((B, n_pairs, n + 4), device=dev, dtype=torch.int16 if n < 2**13 else torch.int32)
+    entries = torch.empty((B, n_pairs, n + 4), device=dev, dtype=_entry_dtype(n))
     with device_guard(mask.counts):
         _pair_steps_kernel[(triton.cdiv(n_pairs, PAIR_ROWS), B)](
             WORK=work, BITS=mask.routed_bits, COUNTS=counts, ENTRIES=entries,
@@ -314,7 +319,7 @@ def route(q_mean, k_mean, tau, forced, layout: BlockLayout, *, scale: float, kee
     B, Hg, n, D = q_mean.shape
     dev = q_mean.device
     counts = torch.empty((B, Hg, n, 2), device=dev, dtype=torch.int32)
-    ids = torch.empty((B, Hg, n, n if lists else 0), device=dev, dtype=torch.int16 if n < 2**15 else torch.int32)
+    ids = torch.empty((B, Hg, n, n if lists else 0), device=dev, dtype=id_dtype(n))
     bits = torch.empty((B, Hg, n, -(-n // ROUTE_CHUNK)), device=dev, dtype=torch.int64)
     with device_guard(q_mean):
         _route_kernel[(triton.cdiv(n, ROUTE_ROWS), B * Hg)](
@@ -338,9 +343,9 @@ def scratch_bytes_per_head(batch: int, layout: BlockLayout, head_dim: int, items
     means, τ, counts, the bitmap, and the id lists (``lists``: the portable loop) or the Hopper
     loop's pair streams."""
     n = layout.n_blocks
-    id_bytes = 2 if n < 2**15 else 4
     means = 3 * n * head_dim * itemsize
     pooling = means + 3 * n * head_dim * 4
-    streams = 8 * n + (n + 1) // 2 * (n + 4) * (2 if n < 2**13 else 4)
-    routing = means + 12 * n + 8 * n * math.ceil(n / ROUTE_CHUNK) + (id_bytes * n * n if lists else streams)
+    streams = 8 * n + (n + 1) // 2 * (n + 4) * _entry_dtype(n).itemsize
+    routing = (means + 12 * n + 8 * n * math.ceil(n / ROUTE_CHUNK)
+               + (id_dtype(n).itemsize * n * n if lists else streams))
     return batch * max(pooling, routing)
