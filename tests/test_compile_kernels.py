@@ -155,3 +155,51 @@ def test_ptx_against_a_file_that_is_not_one_is_a_usage_error(tmp_path):
     run = subprocess.run([sys.executable, str(ROOT / "tools" / "compile_kernels.py"), "--arch", "sm_90",
                           "--ptx-against", str(bad)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 2 and "--ptx-against" in run.stderr and "not a --ptx file" in run.stderr, run.stderr
+
+
+TUPLE_OF_DESCRIPTORS = '''
+import sys
+sys.path.insert(0, {tools!r})
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+import compile_kernels
+
+
+@gluon.jit
+def copy_first(DESCS):
+    d = DESCS[0]
+    smem = gl.allocate_shared_memory(d.dtype, d.block_type.shape, d.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    mbarrier.expect(bar, d.block_type.nbytes)
+    tma.async_copy_global_to_shared(d, [0, 0], bar, smem)
+    mbarrier.wait(bar, 0)
+
+
+x = torch.zeros(64, 64, dtype=torch.bfloat16)
+layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
+descs = tuple(TensorDescriptor(x, [64, 64], [64, 1], [64, 64], layout) for _ in range(2))
+try:
+    compile_kernels.compile_call(copy_first, (descs,), {{}})
+except AssertionError:
+    print("launcher refused")
+else:
+    print("launcher accepted")
+'''
+
+
+@pytest.mark.skipif(not (TRITON36 / "triton").is_dir(), reason="Triton 3.6 not unpacked: run `make triton36`")
+def test_a_launch_its_launcher_refuses_fails_on_the_cpu(tmp_path):
+    """Triton 3.6 compiles a Gluon kernel that takes TMA descriptors in a tuple argument, but its
+    CUDA launcher refuses it when the kernel first runs (NOTES #37); compile_call builds the
+    launcher's source too, so the CPU sees what the GPU would."""
+    script = tmp_path / "tuple_of_descriptors.py"
+    script.write_text(TUPLE_OF_DESCRIPTORS.format(tools=str(ROOT / "tools")))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(TRITON36)
+    run = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.stdout.strip().splitlines()[-1:] == ["launcher refused"], run.stdout[-3000:] + run.stderr[-3000:]

@@ -5,7 +5,8 @@ compiler's type rules, layouts or shared-memory limits. This tool builds each la
 makes (the launchers run on CPU tensors with each architecture's ``LaunchConfig``; the kernel
 call is captured instead of run) and compiles it to a cubin with Triton's bundled LLVM and
 ptxas for that architecture, so a kernel that would not build or not fit there fails here.
-It never runs a kernel.
+With Triton 3.6 it also writes each launch's launcher source, as the CUDA driver does on a
+kernel's first run, so an argument the launcher refuses fails here too. It never runs a kernel.
 
     python tools/compile_kernels.py --arch sm_80,sm_86,sm_89,sm_90,sm_100,sm_120
     PYTHONPATH=.cache/triton-3.6.0 python tools/compile_kernels.py ...   # another Triton
@@ -94,7 +95,25 @@ def compile_call(fn, args, kw, capability: int = 90):
         options["maxnreg"] = kw["maxnreg"]
     target = GPUTarget("cuda", capability, 32)
     source = GluonASTSource if getattr(fn, "is_gluon", lambda: False)() else ASTSource
-    return triton.compile(source(fn, signature, constexprs, attrs), target=target, options=options)
+    src = source(fn, signature, constexprs, attrs)
+    compiled = triton.compile(src, target=target, options=options)
+    launcher_source(src, compiled.metadata)
+    return compiled
+
+
+def launcher_source(src, metadata):
+    """The C source of the launcher the CUDA driver builds for a compiled kernel (as Triton
+    3.6's ``CudaLauncher`` makes it, not compiled): its argument rules are checked at launch,
+    after the kernel compiled (3.6 takes no TMA descriptor inside a tuple argument, NOTES #37).
+    None with a Triton whose driver builds launchers another way (3.8)."""
+    import triton.backends.nvidia.driver as driver
+
+    make_launcher = getattr(driver, "make_launcher", None)
+    if make_launcher is None:
+        return None
+    arg_idx = lambda x: (src.fn.arg_names.index(x),) if isinstance(x, str) else x  # noqa: E731
+    constants = {arg_idx(idx): value for idx, value in src.constants.items()}
+    return make_launcher(constants, dict(src.signature), getattr(metadata, "tensordesc_meta", None))
 
 
 def resource_usage(cubin: bytes) -> dict:
