@@ -1,5 +1,5 @@
 """benchmarks/sol_call_profile.py refuses options it cannot run (the profile itself needs a GPU:
-its numbers are in benchmarks/results/sol_call_profile_h200_*.json)."""
+its numbers are in benchmarks/results/sol_call_profile_h200/ and sol_bands_h200/)."""
 import pytest
 import torch
 
