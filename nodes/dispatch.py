@@ -66,7 +66,7 @@ import logging
 import os
 import warnings
 from collections import defaultdict
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -283,6 +283,32 @@ def blhd(t: torch.Tensor, heads: int, skip_reshape: bool) -> torch.Tensor:
         return t.transpose(1, 2)
     b, n, hd = t.shape
     return t.view(b, n, heads, hd // heads)
+
+
+class VideoSpan(NamedTuple):
+    """Where a call's video tokens are: ``count`` grid tokens of the (T, H, W) ``grid`` from
+    token ``start`` of ``seq_len``; the others (text) are the kernels' extra tokens."""
+    start: int
+    count: int
+    seq_len: int
+    grid: tuple
+
+
+def video_first(t: torch.Tensor, span: VideoSpan) -> torch.Tensor:
+    """(B, L, H, D) q/k/v with the video tokens moved to the front, as the kernels take them
+    (the tensor itself when they are there already; else a copy)."""
+    if span.start == 0:
+        return t
+    end = span.start + span.count
+    return torch.cat([t[:, span.start:end], t[:, :span.start], t[:, end:]], dim=1)
+
+
+def call_order(out: torch.Tensor, span: VideoSpan) -> torch.Tensor:
+    """The inverse of ``video_first`` on a kernel's (B, L, H, D) output."""
+    if span.start == 0:
+        return out
+    before = out[:, span.count:span.count + span.start]
+    return torch.cat([before, out[:, :span.count], out[:, span.count + span.start:]], dim=1)
 
 
 class SparseAttention:
@@ -565,14 +591,15 @@ class SparseAttention:
             return "not_video_self_attention"
         return None
 
-    def video_grid(self, seq_len):
-        """``(n_video, grid)``: the video tokens of a call and their (T, H, W), or None."""
+    def video_grid(self, seq_len) -> Optional[VideoSpan]:
+        """The video tokens of a call of ``seq_len`` tokens, or None."""
         f = self.fwd
         n_video = self.adapter.video_tokens(seq_len, f.grid, f.info)
         if n_video is None:
             return None
         hw = f.grid[1] * f.grid[2]
-        return n_video, (n_video // hw, f.grid[1], f.grid[2])
+        start = self.adapter.video_start(seq_len, n_video, f.info)
+        return VideoSpan(start, n_video, seq_len, (n_video // hw, f.grid[1], f.grid[2]))
 
     def decide(self, q, k, heads, mask, skip_reshape):
         """Return ``(None, plan)`` to run sparse or ``(reason, detail)`` to stay dense."""
@@ -590,15 +617,15 @@ class SparseAttention:
         lq = tokens_of(q, skip_reshape)
         if lq < cfg.min_tokens:
             return "min_tokens", f"{lq} < {cfg.min_tokens}"
-        vg = self.video_grid(lq)
-        if vg is None:
+        span = self.video_grid(lq)
+        if span is None:
             return "grid", f"{lq} tokens, latent grid {f.grid}"
-        n_video, grid = vg
+        grid = span.grid
         head_dim = q.shape[-1] if skip_reshape else q.shape[-1] // heads
         backend, why = self._resolve_backend(q, head_dim)
         if backend is None:
             return why, f"{q.device.type} {q.dtype} head_dim={head_dim}"
-        plan = {"backend": backend, "grid": grid, "n_video": n_video, "seq_len": lq}
+        plan = {"backend": backend, "span": span}
         if cfg.method == "sol_attn" and cfg.sol_tile not in (None, SOL_TILE_AUTO):
             layout = kernels_module("layout")
             try:
@@ -691,19 +718,25 @@ class SparseAttention:
         if torch.compiler.is_compiling() or "kernel_config" in meta:
             return
         if sol_tile == SOL_TILE_AUTO:
-            sol_tile = kernels_module("sol_routing").sol_tile_for_grid(plan["grid"])
+            sol_tile = kernels_module("sol_routing").sol_tile_for_grid(plan["span"].grid)
         if plan["backend"] == "triton" and q.is_cuda:
             meta["kernel_config"] = kernels_module("launch_config").config_for_device(q.device).describe()
         else:
             meta["kernel_config"] = f"backend {plan['backend']} on {q.device.type}"
         if self.config.method == "sol_attn":
             meta["sol_blocks"] = ("row-major 64-token blocks" if sol_tile is None
-                                  else "3D tiles {}x{}x{} of the grid {}".format(*sol_tile, plan["grid"]))
+                                  else "3D tiles {}x{}x{} of the grid {}".format(*sol_tile, plan["span"].grid))
 
     def _run_sparse(self, q, k, v, heads, skip_reshape, plan):
-        q4, k4, v4 = (blhd(t, heads, skip_reshape) for t in (q, k, v))
+        span = plan["span"]
+        q4, k4, v4 = (video_first(blhd(t, heads, skip_reshape), span) for t in (q, k, v))
+        out, density = self._run_kernel(q4, k4, v4, plan)
+        return call_order(out, span), density
+
+    def _run_kernel(self, q4, k4, v4, plan):
+        """The method's kernel on (B, L, H, D) q/k/v whose video tokens come first."""
         cfg = self.config
-        n_video, seq_len, grid = plan["n_video"], plan["seq_len"], plan["grid"]
+        n_video, seq_len, grid = plan["span"].count, plan["span"].seq_len, plan["span"].grid
         if cfg.method == "sol_attn":
             # 3D tiles of the video grid, the tokens after it (text) always exact; or, with
             # sol_tile "off", row-major blocks with the text tokens as sink ranges.
@@ -712,11 +745,11 @@ class SparseAttention:
             else:
                 sinks, sol_grid = None, grid
                 tile = None if cfg.sol_tile == SOL_TILE_AUTO else cfg.sol_tile
-            self._note_kernel_setup(q, plan, cfg.sol_tile)
+            self._note_kernel_setup(q4, plan, cfg.sol_tile)
             return ops.sol_attention(q4, k4, v4, beta=self.beta, estimator=cfg.estimator,
                                      sinks=sinks, keep_diagonal=cfg.keep_diagonal, grid=sol_grid,
                                      tile=tile, backend=plan["backend"])
-        self._note_kernel_setup(q, plan, None)
+        self._note_kernel_setup(q4, plan, None)
         # The parameters stay on the CPU: the kernel's schedule is built and cached there.
         out = ops.psa_attention(q4, k4, v4, grid=grid, params=plan["params"], tile=self.preset.tile,
                                 extra_tokens=seq_len - n_video, backend=plan["backend"])

@@ -38,7 +38,7 @@ import torch
 
 from ._kernels import kernels_module
 from .config import PatchConfig, parse_block_list, parse_tile
-from .dispatch import EXPECTED_REASONS, _REASON_TEXT, SparseAttention, blhd, call_args, tokens_of
+from .dispatch import EXPECTED_REASONS, _REASON_TEXT, SparseAttention, blhd, call_args, tokens_of, video_first
 from .presets import model_fingerprint, preset_family
 
 log = logging.getLogger("sparse_video_attention")
@@ -297,7 +297,7 @@ class SearchAttention(SparseAttention):
             return out
         reason = self.self_attention_reason(q, k, mask, skip_reshape)
         detail = ""
-        plan = None
+        span = None
         if reason is None:
             f = self.fwd
             chosen, _ = self._steps_this_run()
@@ -305,22 +305,21 @@ class SearchAttention(SparseAttention):
                 reason = "search_step"
             else:
                 lq = tokens_of(q, skip_reshape)
-                plan = self.video_grid(lq)
-                if plan is None:
+                span = self.video_grid(lq)
+                if span is None:
                     reason, detail = "grid", f"{lq} tokens, latent grid {f.grid}"
         if reason is None:
             try:
-                reason, detail = self._evaluate(q, k, v, heads, skip_reshape, *plan)
+                reason, detail = self._evaluate(q, k, v, heads, skip_reshape, span)
             except Exception as e:  # never crash a workflow
                 reason, detail = "search_error", f"{type(e).__name__}: {e}"
         self._note(reason, detail)
         self._count(reason)
         return out
 
-    def _evaluate(self, q, k, v, heads, skip_reshape, n_video, grid):
-        q4, k4, v4 = (blhd(t, heads, skip_reshape) for t in (q, k, v))
-        seq_len = q4.shape[1]
-        extra = seq_len - n_video
+    def _evaluate(self, q, k, v, heads, skip_reshape, span):
+        q4, k4, v4 = (video_first(blhd(t, heads, skip_reshape), span) for t in (q, k, v))
+        grid, extra = span.grid, span.seq_len - span.count
         key = (grid, extra, q4.shape[2])
         if self.acc is None:
             self._start(key, q4)

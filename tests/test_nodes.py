@@ -375,6 +375,87 @@ def test_hunyuan_video_joint_attention_text_sinks(pack):
     assert (out - base).abs().max() > 1e-5
 
 
+def _hunyuan_truth_hooks(dm, seen):
+    """Forward hooks on ComfyUI's own HunyuanVideo layers that record, in ComfyUI's order,
+    what the joint attention is made of and what is made of its output: the double block's
+    image/text value rows and the image/text rows of its output; the single block's input (whose
+    video rows are the double block's image output), value rows and attention output."""
+    double, single = dm.double_blocks[0], dm.single_blocks[0]
+    hid = dm.hidden_size
+
+    def keep(name, pick):  # a copy: the blocks add to their inputs in place
+        return lambda module, args, out=None: seen.__setitem__(name, pick(args, out).clone())
+
+    return [
+        double.img_attn.qkv.register_forward_hook(keep("double_img_qkv", lambda a, o: o)),
+        double.txt_attn.qkv.register_forward_hook(keep("double_txt_qkv", lambda a, o: o)),
+        double.img_attn.proj.register_forward_pre_hook(keep("double_img_attn", lambda a, o: a[0])),
+        double.txt_attn.proj.register_forward_pre_hook(keep("double_txt_attn", lambda a, o: a[0])),
+        double.register_forward_hook(keep("double_img_out", lambda a, o: o[0])),
+        single.register_forward_pre_hook(keep("single_in", lambda a, o: a[0])),
+        single.linear1.register_forward_hook(keep("single_qkv", lambda a, o: o[..., :3 * hid])),
+        single.linear2.register_forward_pre_hook(keep("single_attn", lambda a, o: a[0][..., :hid])),
+    ]
+
+
+def _values(qkv, heads):
+    """The value rows (B, L, H, D) of a fused q/k/v projection's output (B, L, 3·H·D)."""
+    b, n, _ = qkv.shape
+    return qkv.view(b, n, 3, heads, -1)[:, :, 2]
+
+
+def check_hunyuan_join_order(pack, monkeypatch, tiny, op_name, model):
+    """Sample ``model`` (a patch of the HunyuanVideo ``tiny``, one double and one single block)
+    for one step, spying on the pack's kernel op ``op_name``, and check each kernel call: the
+    video tokens first (they are the kernel's grid), the text after them, and the call's
+    output handed back in ComfyUI's order. The order is read off the rows of ComfyUI's own
+    image and text layers, not from the pack's idea of it: ComfyUI 0.3.75 joins HunyuanVideo's
+    joint attention as [video, text], 0.33 as [text, video]."""
+    dm = tiny.patcher.model.diffusion_model
+    kernel_calls = []
+    real_op = getattr(pack.ops, op_name)
+
+    def spy(q, k, v, **kw):
+        result = real_op(q, k, v, **kw)
+        kernel_calls.append((v, result[0] if isinstance(result, tuple) else result))
+        return result
+    monkeypatch.setattr(pack.ops, op_name, spy)
+    seen = {}
+    hooks = _hunyuan_truth_hooks(dm, seen)
+    try:
+        H.sample(tiny, steps=1, model=model)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert len(kernel_calls) == 2                       # the double block, then the single block
+    (double_v, double_out), (single_v, single_out) = kernel_calls
+    img_v, txt_v = (_values(seen[name], tiny.heads) for name in ("double_img_qkv", "double_txt_qkv"))
+    n_video, n_text = img_v.shape[1], txt_v.shape[1]
+    exact = dict(rtol=0, atol=0)
+    torch.testing.assert_close(double_v[:, :n_video], img_v, **exact)
+    torch.testing.assert_close(double_v[:, n_video:], txt_v, **exact)
+    torch.testing.assert_close(seen["double_img_attn"], double_out[:, :n_video].flatten(2), **exact)
+    torch.testing.assert_close(seen["double_txt_attn"], double_out[:, n_video:].flatten(2), **exact)
+
+    x, img_out = seen["single_in"], seen["double_img_out"]
+    start = 0 if torch.equal(x[:, :n_video], img_out) else n_text  # where this ComfyUI put the video
+    torch.testing.assert_close(x[:, start:start + n_video], img_out, **exact)
+    video_rows = slice(start, start + n_video)
+    text_rows = slice(0, n_text) if start else slice(n_video, None)
+    single_values = _values(seen["single_qkv"], tiny.heads)
+    torch.testing.assert_close(single_v[:, :n_video], single_values[:, video_rows], **exact)
+    torch.testing.assert_close(single_v[:, n_video:], single_values[:, text_rows], **exact)
+    attn = seen["single_attn"]
+    torch.testing.assert_close(attn[:, video_rows], single_out[:, :n_video].flatten(2), **exact)
+    torch.testing.assert_close(attn[:, text_rows], single_out[:, n_video:].flatten(2), **exact)
+
+
+def test_hunyuan_video_sol_gets_the_video_tokens_first_in_either_join_order(pack, monkeypatch):
+    hy = H.build_hunyuan_video(0, depth=1, depth_single_blocks=1)
+    m = patch(pack, hy.patcher, beta=1.0, warmup=0.0, dense_blocks="")
+    check_hunyuan_join_order(pack, monkeypatch, hy, "sol_attention", m)
+
+
 def test_ltxv_self_attention_only(pack):
     lt = H.build_ltxv(0, num_layers=2)
     base = H.sample(lt, steps=3)

@@ -11,7 +11,7 @@ import torch
 import comfyui_harness as H
 from kernels.presets import Preset, save_preset
 from kernels.psa_mask import psa_mask
-from test_nodes import comfy, pack, patch, summary  # noqa: F401  (fixtures and helpers)
+from test_nodes import check_hunyuan_join_order, comfy, pack, patch, summary  # noqa: F401  (fixtures and helpers)
 
 STEPS = 4
 TILE = (1, 2, 2)
@@ -103,6 +103,17 @@ def test_sparse_preset_density_per_head_and_bucket(pack, comfy, models, family):
         assert s["steps"][step]["mean_density"] == pytest.approx(float(want.mean()), rel=1e-6)
     per_head = s["head_density_by_block"][1]
     assert per_head == pytest.approx(((d_early + d_late) / 2).tolist(), rel=1e-6)
+
+
+def test_hunyuan_video_psa_gets_the_video_tokens_first_in_either_join_order(pack, comfy, models,  # noqa: F811
+                                                                            monkeypatch):
+    tiny, _ = models["hunyuan_video"]
+    grid = token_grid(tiny)
+    stripes = [[1, 0, 0, 1, 0, 0], [2, 0, 0, 1, 0, 0]]               # sparse for both heads
+    p = make_preset("stripes_join_order", "hunyuan_video", fingerprint(tiny), grid, [[stripes, stripes]])
+    m = patch(pack, tiny.patcher, method="psa", preset=saved_and_loaded(pack, comfy, p),
+              warmup=0.0, dense_blocks="")
+    check_hunyuan_join_order(pack, monkeypatch, tiny, "psa_attention", m)
 
 
 def test_bad_presets_rejected_at_patch_time(pack, comfy, models):  # noqa: F811

@@ -13,8 +13,8 @@ import torch
 import comfyui_harness as H
 from kernels.presets import load_preset
 from kernels.psa_mask import psa_mask
-from kernels.psa_search import LossTable, search_samples
-from test_nodes import comfy, pack, patch, summary  # noqa: F401  (fixtures and helpers)
+from kernels.psa_search import LossTable, load_qkv_sample, search_samples
+from test_nodes import _hunyuan_truth_hooks, _values, comfy, pack, patch, summary  # noqa: F401  (fixtures and helpers)
 
 STEPS = 4
 
@@ -112,6 +112,29 @@ def test_saved_qkv_reproduce_the_table_offline(pack, wan, caplog):  # noqa: F811
     H.sample(tiny, steps=STEPS, model=m)
     s = summary(pack, m)["search"]
     assert s["qkv_files"] == 0 and "exceeds qkv_max_gb" in s["qkv_refused"]
+
+
+def test_search_samples_hunyuan_video_with_the_video_tokens_first(pack):  # noqa: F811
+    """The search measures (and saves) HunyuanVideo's joint attention with the video tokens
+    first and the text after them, in either of ComfyUI's join orders (test_nodes.py): the
+    saved values are the rows of ComfyUI's own image and text layers, in that order."""
+    tiny = H.build_hunyuan_video(5, hidden_size=256)
+    dm = tiny.patcher.model.diffusion_model
+    m = search(pack, tiny.patcher, "hunyuan_join_order", save_qkv=True)
+    seen = {}
+    hooks = _hunyuan_truth_hooks(dm, seen)
+    try:
+        H.sample(tiny, steps=1, model=m)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    s = summary(pack, m)["search"]
+    files = sorted(os.listdir(s["qkv_dir"]))
+    assert len(files) == 2                                   # the double block, the single block
+    _, _, v, header = load_qkv_sample(os.path.join(s["qkv_dir"], files[0]))
+    img_v, txt_v = (_values(seen[name], tiny.heads) for name in ("double_img_qkv", "double_txt_qkv"))
+    assert header["extra_tokens"] == txt_v.shape[1]
+    torch.testing.assert_close(v, torch.cat([img_v, txt_v], dim=1), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("family", ["wan", "hunyuan_video"])

@@ -43,8 +43,9 @@ class Adapter:
 
     def hook_targets(self, dm):
         """Yield ``(module, block_index, role)`` for every module whose attention calls are
-        video self-attention. ``role`` is "video" (only video tokens) or "joint" (video
-        tokens first, then non-grid tokens such as HunyuanVideo's text)."""
+        video self-attention. ``role`` is whatever the adapter's ``observe`` reads (the
+        dispatcher only asks whether a hooked module is active): "video" (only video tokens)
+        here, HunyuanVideo's ``JointRole`` for its joint attention over video and text."""
         raise NotImplementedError  # pragma: no cover
 
     def observe(self, role: str, args, kwargs, info: dict) -> None:
@@ -81,7 +82,7 @@ class Adapter:
         return (math.ceil(t / ps[0]), math.ceil(h / ps[1]), math.ceil(w / ps[2]))
 
     def video_tokens(self, seq_len: int, grid, hook_info: dict) -> Optional[int]:
-        """How many of the ``seq_len`` tokens are grid tokens (they come first)."""
+        """How many of the ``seq_len`` tokens are grid tokens (``video_start`` says where)."""
         n = grid[0] * grid[1] * grid[2]
         if seq_len == n:
             return n
@@ -90,6 +91,12 @@ class Adapter:
         if seq_len % hw == 0:
             return seq_len
         return None
+
+    def video_start(self, seq_len: int, n_video: int, hook_info: dict) -> int:
+        """Index of the first of the ``n_video`` grid tokens among the ``seq_len`` tokens of
+        a call (0: the video comes first). The dispatcher moves them to the front for the
+        kernels, whose grid is the first tokens, and puts the output back in this order."""
+        return 0
 
 
 def register_hooks(adapter: Adapter, dm, enter: Callable, leave: Callable) -> list:
