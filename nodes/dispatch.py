@@ -34,7 +34,9 @@ grid) → ``backend`` (auto on a machine without CUDA) / ``device`` / ``dtype`` 
 ``preset_grid`` (the preset refuses this token grid, or its masks on it would exceed
 ``kernels.psa_mask``'s size limits: ``kernels.presets.Preset.params_for_grid``) →
 ``low_precision`` (the caller passed ``low_precision_attention=False``, as ComfyUI 0.33 does
-for masked or image attention) → sparse. An exception while deciding (``plan_error``) or in
+for masked or image attention) → ``gqa`` (``enable_gqa``: the kernels take one key head per
+query head) / ``scale`` (a ``scale`` keyword that is not a positive number) → sparse, with the
+caller's ``scale`` if it passed one. An exception while deciding (``plan_error``) or in
 the kernel (``kernel_error``) falls back to dense: nothing a preset or a widget holds can fail
 the sampler. Every reason is logged once per patched model; unexpected ones as warnings.
 
@@ -63,6 +65,7 @@ HunyuanVideo's text tokens, dense both ways, are not counted).
 from __future__ import annotations
 
 import logging
+import math
 import os
 import warnings
 from collections import defaultdict
@@ -106,6 +109,9 @@ _REASON_TEXT = {
     "plan_error": "preparing the sparse call raised an exception",
     "kernel_error": "the sparse kernel raised an exception",
     "low_precision": "the caller asked for full-precision attention (low_precision_attention=False)",
+    "gqa": "the caller asked for grouped-query attention (enable_gqa); the sparse kernels take as "
+           "many key/value heads as query heads",
+    "scale": "the caller's softmax scale is not a positive finite number",
 }
 
 PLACE_LAST = ("place the Sparse Attention Patch last, after ModelAttentionBackend / Sage / other "
@@ -270,6 +276,26 @@ def call_args(args, kwargs):
     heads = args[3] if len(args) > 3 else kwargs.get("heads")
     mask = args[4] if len(args) > 4 else kwargs.get("mask")
     return q, k, v, heads, mask, bool(kwargs.get("skip_reshape", False))
+
+
+def call_options(kwargs) -> tuple[Optional[str], object]:
+    """``(None, scale)`` for the keyword options of a call that the kernels honour (``scale``:
+    the softmax scale, None for 1/√head dim), else ``(reason, detail)`` to stay dense:
+    ``low_precision_attention=False``, ``enable_gqa``, a scale that is not a positive number."""
+    if kwargs.get("low_precision_attention", True) is False:
+        return "low_precision", ""
+    if kwargs.get("enable_gqa", False):
+        return "gqa", ""
+    scale = kwargs.get("scale")
+    if scale is None:
+        return None, None
+    try:
+        value = float(scale)
+    except (TypeError, ValueError, RuntimeError):
+        return "scale", f"scale {scale!r}"
+    if not math.isfinite(value) or value <= 0.0:
+        return "scale", f"scale {value}"
+    return None, value
 
 
 def tokens_of(t: torch.Tensor, skip_reshape: bool) -> int:
@@ -685,8 +711,9 @@ class SparseAttention:
             reason, plan = self.decide(q, k, heads, mask, skip_reshape)
         except Exception as e:  # never crash a workflow
             reason, plan = "plan_error", f"{type(e).__name__}: {e}"
-        if reason is None and kwargs.get("low_precision_attention", True) is False:
-            reason, plan = "low_precision", ""
+        if reason is None:
+            reason, scale = call_options(kwargs)
+            plan = dict(plan, scale=scale) if reason is None else scale
         if reason == "mask":
             plan = (f"mask {tuple(mask.shape)} on {tokens_of(q, skip_reshape)} queries x "
                     f"{tokens_of(k, skip_reshape)} keys")
@@ -748,9 +775,9 @@ class SparseAttention:
             self._note_kernel_setup(q4, plan, cfg.sol_tile)
             return ops.sol_attention(q4, k4, v4, beta=self.beta, estimator=cfg.estimator,
                                      sinks=sinks, keep_diagonal=cfg.keep_diagonal, grid=sol_grid,
-                                     tile=tile, backend=plan["backend"])
+                                     tile=tile, scale=plan["scale"], backend=plan["backend"])
         self._note_kernel_setup(q4, plan, None)
         # The parameters stay on the CPU: the kernel's schedule is built and cached there.
         out = ops.psa_attention(q4, k4, v4, grid=grid, params=plan["params"], tile=self.preset.tile,
-                                extra_tokens=seq_len - n_video, backend=plan["backend"])
+                                extra_tokens=seq_len - n_video, scale=plan["scale"], backend=plan["backend"])
         return out, plan["density"]

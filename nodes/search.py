@@ -52,6 +52,9 @@ _REASON_TEXT.update({
     "search_step": "step not chosen for the PSA mask search",
     "search_grid": "token grid or extra tokens differ from the first call of this search run",
     "search_error": "the PSA mask search raised an exception on this call",
+    "search_call_options": "the call passes its own softmax scale or asks for grouped-query "
+                           "attention; the loss tables assume 1/√head dim and one key head per "
+                           "query head",
 })
 EXPECTED_REASONS.update({"search_evaluated", "search_step"})
 
@@ -303,6 +306,8 @@ class SearchAttention(SparseAttention):
             chosen, _ = self._steps_this_run()
             if chosen is not None and f.step is not None and f.step not in chosen:
                 reason = "search_step"
+            elif kwargs.get("scale") is not None or kwargs.get("enable_gqa", False):
+                reason = "search_call_options"
             else:
                 lq = tokens_of(q, skip_reshape)
                 span = self.video_grid(lq)

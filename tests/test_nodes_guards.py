@@ -174,6 +174,30 @@ def test_low_precision_attention_false_runs_dense(pack, wan, comfy):  # noqa: F8
     assert d.stats.sparse == 1 and not torch.equal(out, dense)
 
 
+def test_callers_scale_reaches_the_kernels_and_gqa_runs_dense(pack, wan, comfy):  # noqa: F811
+    """ComfyUI's attention functions take ``scale`` and ``enable_gqa`` keywords (0.33 honours
+    both; no video model of the four families passes them today): a sparse call must use the
+    caller's scale, and a grouped-query call, which the kernels cannot run, stays dense."""
+    import comfy.ldm.modules.attention as attention
+    m = patch(pack, wan.patcher, beta=float("-inf"), warmup=0.0, dense_blocks="")   # exact
+    d = _live(pack, m)
+    d.stats = pack.dispatch.RunStats()
+    topts = {"optimized_attention_override": d}
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 72, 256, generator=g) for _ in range(3))
+    heads = [t.view(1, 72, 2, 128).transpose(1, 2) for t in (q, k, v)]
+    for scale in (0.02, 0.3):
+        want = torch.nn.functional.scaled_dot_product_attention(*heads, scale=scale)
+        out = attention.optimized_attention(q, k, v, 2, transformer_options=topts, scale=scale)
+        torch.testing.assert_close(out, want.transpose(1, 2).reshape(1, 72, 256), atol=1e-5, rtol=1e-5)
+    assert d.stats.sparse == 2 and not d.stats.dense
+    attention.optimized_attention(q, k, v, 2, transformer_options=topts, enable_gqa=True)
+    assert d.stats.sparse == 2 and dict(d.stats.dense) == {"gqa": 1}
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        assert d(attention.attention_basic, q, k, v, 2, scale=bad).shape == q.shape
+    assert d.stats.sparse == 2 and dict(d.stats.dense) == {"gqa": 1, "scale": 4}
+
+
 @pytest.mark.skipif(VERSION == "0.3.75", reason="ComfyUI 0.3.75 has no AttentionTensorContainer")
 def test_attention_tensor_containers_reach_the_dispatcher_as_tensors(pack, wan, comfy):  # noqa: F811
     import comfy.ldm.modules.attention as attention

@@ -14,7 +14,7 @@ import comfyui_harness as H
 from kernels.presets import load_preset
 from kernels.psa_mask import psa_mask
 from kernels.psa_search import LossTable, load_qkv_sample, search_samples
-from test_nodes import _hunyuan_truth_hooks, _values, comfy, pack, patch, summary  # noqa: F401  (fixtures and helpers)
+from test_nodes import _hunyuan_truth_hooks, _live, _values, comfy, pack, patch, summary  # noqa: F401  (fixtures and helpers)
 
 STEPS = 4
 
@@ -112,6 +112,22 @@ def test_saved_qkv_reproduce_the_table_offline(pack, wan, caplog):  # noqa: F811
     H.sample(tiny, steps=STEPS, model=m)
     s = summary(pack, m)["search"]
     assert s["qkv_files"] == 0 and "exceeds qkv_max_gb" in s["qkv_refused"]
+
+
+def test_search_skips_calls_with_their_own_scale_or_gqa(pack, wan):  # noqa: F811
+    """The loss tables assume the default softmax scale and one key head per query head."""
+    import comfy.ldm.modules.attention as attention
+    tiny, _ = wan
+    d = _live(pack, search(pack, tiny.patcher, "wan_call_options"))
+    d.stats = pack.dispatch.RunStats()
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 72, 256, generator=g) for _ in range(3))
+    for options in ({"scale": 0.1}, {"enable_gqa": True}):
+        assert torch.equal(d(attention.attention_basic, q, k, v, 2, **options),
+                           attention.attention_basic(q, k, v, 2, **options))
+    assert dict(d.stats.dense) == {"search_call_options": 2} and d.evaluated == 0
+    d(attention.attention_basic, q, k, v, 2)
+    assert d.evaluated == 1
 
 
 def test_search_samples_hunyuan_video_with_the_video_tokens_first(pack):  # noqa: F811
