@@ -49,6 +49,9 @@ log and in the run summary's ``warnings`` (the Inspector's ``summary``):
   and APPLY_MODEL wrappers, which still run; warned after the first model evaluation in which
   the video self-attention ran and none of its calls reached the dispatcher (an override that
   hands its calls on to ours is not a displacement; the summary still names it).
+- ``displaced_in_part``: that other override hands some video self-attention modules' calls
+  on and runs the others itself (ComfyUI's own block-sparse node after 0.33 does, putting itself
+  back on top at every step: then the fix is one sparse node per model, not the order).
 - ``no_sparse_calls``: a sparse method's run made no sparse call although the video
   self-attention modules ran (the summary says why: displaced, none of their calls reached the
   override, or every call dense for the reasons counted).
@@ -116,11 +119,17 @@ _REASON_TEXT = {
 
 PLACE_LAST = ("place the Sparse Attention Patch last, after ModelAttentionBackend / Sage / other "
               "attention patches")
+# ComfyUI's own block-sparse node (comfy_extras/nodes_sparse_attention.py, after 0.33) puts its
+# override back on top of the model's at every step (ON_PREPARE_STATE), so no order helps.
+CORE_SPARSE_MODULE = "comfy_extras.nodes_sparse_attention"
+ONE_SPARSE_NODE = ("use one sparse-attention node per model: ComfyUI's own Model Sparse Attention "
+                   "node puts itself back on top at every step, so no order of the two helps")
 SETTINGS_FIX = ("see why in the run summary's dense_calls: lower min_tokens, warmup or "
                 "dense_blocks, or use a model, dtype and backend the kernels take")
 _WARNING_TEXT = {
     "displaced": "this run's attention override is {detail}, not the Sparse Attention Patch's: a "
                  "node after the patch replaced it, so no attention call reaches the patch",
+    "displaced_in_part": "this run's attention override is {detail}",
     "no_sparse_calls": "the run made no sparse attention call although the video self-attention "
                        "ran: {detail}",
 }
@@ -133,6 +142,10 @@ def comfyui_version() -> str:
         return str(v.__version__)
     except Exception:  # pragma: no cover - not inside ComfyUI
         return "unknown"
+
+
+def displacement_fix(displaced_by: str) -> str:
+    return ONE_SPARSE_NODE if displaced_by.startswith(CORE_SPARSE_MODULE + ".") else PLACE_LAST
 
 
 def _describe_override(fn) -> str:
@@ -162,7 +175,7 @@ def _unwrap_containers(args):
 class _Forward:
     """Facts about the diffusion-model forward in progress (one object, reused)."""
     __slots__ = ("active", "grid", "step", "total", "step_reason", "block", "role", "info",
-                 "hooks_live")
+                 "hooks_live", "module_calls")
 
     def __init__(self):
         self.active = False
@@ -174,6 +187,7 @@ class _Forward:
         self.role = None
         self.info = {}
         self.hooks_live = False
+        self.module_calls = 0  # attention calls that reached the dispatcher in the module entered
 
 
 class RunStats:
@@ -195,6 +209,7 @@ class RunStats:
         self.warnings = {}       # guard ("displaced", "no_sparse_calls") -> message with the fix
         self.video_modules = 0   # video self-attention modules entered (forward pre-hooks)
         self.video_calls = 0     # attention calls that reached the override inside them
+        self.video_modules_unreached = 0  # entered modules none of whose calls reached it
         self.video_dense = defaultdict(int)  # reason -> those of them that ran dense
         self.displaced_by = None  # the override found in transformer_options instead of ours
         self.meta = {}           # method, family, sizes, preset (set by the dispatcher)
@@ -229,7 +244,8 @@ class RunStats:
             "notes": dict(self.notes),
             "warnings": dict(self.warnings),
             "video_self_attention": {"modules_entered": self.video_modules,
-                                     "calls_reached_override": self.video_calls},
+                                     "calls_reached_override": self.video_calls,
+                                     "modules_without_a_call": self.video_modules_unreached},
             "override_displaced_by": self.displaced_by,
             "schedule": self.schedule,
             "compiled_calls_unseen": self.compiled_calls_unseen,
@@ -416,11 +432,19 @@ class SparseAttention:
             self.stats.displaced_by = _describe_override(current)
 
     def _check_displaced(self):
-        """The ``displaced`` guard, after a model evaluation: another override is the run's and
-        the video self-attention ran without one call reaching this dispatcher."""
+        """The ``displaced`` guards, after a model evaluation: another override is the run's,
+        and the video self-attention ran without one call reaching this dispatcher, or with
+        some of its modules' calls run by that override alone."""
         st = self.stats
-        if st.displaced_by is not None and st.video_modules and not st.video_calls:
-            self._warn("displaced", st.displaced_by)
+        if st.displaced_by is None or not st.video_modules:
+            return
+        fix = displacement_fix(st.displaced_by)
+        if not st.video_calls:
+            self._warn("displaced", st.displaced_by, fix)
+        elif st.video_modules_unreached:
+            self._warn("displaced_in_part", f"{st.displaced_by}, placed after the patch: it handed the "
+                       f"patch the attention of only some video self-attention modules ("
+                       f"{st.video_modules_unreached} of {st.video_modules} ran without the patch)", fix)
 
     def _check_sparse_calls(self):
         """The ``no_sparse_calls`` guard, at the end of a run of a sparse method."""
@@ -429,7 +453,8 @@ class SparseAttention:
                 or st.compiled_calls_unseen:
             return
         if st.displaced_by is not None and not st.video_calls:
-            self._warn("no_sparse_calls", f"the run's attention override is {st.displaced_by}")
+            self._warn("no_sparse_calls", f"the run's attention override is {st.displaced_by}",
+                       displacement_fix(st.displaced_by))
         elif not st.video_calls:
             self._warn("no_sparse_calls", f"{st.video_modules} video self-attention module calls, "
                        "but none of their attention calls reached the patch's override")
@@ -472,14 +497,26 @@ class SparseAttention:
         f = self.fwd
         if not f.active:
             return
-        f.block, f.role = block, role
+        f.block, f.role, f.module_calls = block, role, 0
         if not torch.compiler.is_compiling():
             self.stats.video_modules += 1
         self.adapter.observe(role, args, kwargs, f.info)
 
     def _leave(self, block):
         f = self.fwd
+        if f.active and f.role is not None and not f.module_calls and not torch.compiler.is_compiling():
+            self.stats.video_modules_unreached += 1
         f.block, f.role = None, None
+
+    def _video_call_arrived(self) -> bool:
+        """Count an attention call made inside a hooked video self-attention module; whether
+        it is one."""
+        f = self.fwd
+        if not (f.active and f.role is not None) or torch.compiler.is_compiling():
+            return False
+        self.stats.video_calls += 1
+        f.module_calls += 1
+        return True
 
     def _install_hooks(self, dm):
         self._remove_hooks()
@@ -703,9 +740,7 @@ class SparseAttention:
         skip_output_reshape = bool(kwargs.get("skip_output_reshape", False))
         if q is None or k is None or v is None or heads is None:
             return self._dense(func, args, kwargs)
-        in_video = self.fwd.active and self.fwd.role is not None and not torch.compiler.is_compiling()
-        if in_video:
-            self.stats.video_calls += 1
+        in_video = self._video_call_arrived()
 
         try:
             reason, plan = self.decide(q, k, heads, mask, skip_reshape)

@@ -15,7 +15,8 @@ run) and draws, with numpy only (:mod:`.draw`):
   node;
 - ``summary``: a short JSON of the run (ComfyUI version, calls sparse/dense by reason,
   densities per step and block, schedule, preset, search, and the warnings of a patch that did
-  nothing: displaced by a later attention patch, no sparse call).
+  nothing or only part of its work: displaced, wholly or in part, by a later attention patch; no
+  sparse call).
 """
 from __future__ import annotations
 

@@ -294,6 +294,7 @@ class SearchAttention(SparseAttention):
 
     # ------------------------------------------------------------------ the override
     def __call__(self, func, *args, **kwargs):
+        self._video_call_arrived()
         out = self._dense(func, args, kwargs)   # the workflow's own output stays dense
         q, k, v, heads, mask, skip_reshape = call_args(args, kwargs)
         if q is None or k is None or v is None or heads is None:

@@ -52,7 +52,8 @@ def test_summary_names_the_comfyui_version(pack, wan):  # noqa: F811
     H.sample(wan, steps=1, model=m)
     s = summary(pack, m)
     assert s["comfyui_version"] == VERSION and s["warnings"] == {}
-    assert s["video_self_attention"] == {"modules_entered": 3, "calls_reached_override": 3}
+    assert s["video_self_attention"] == {"modules_entered": 3, "calls_reached_override": 3,
+                                         "modules_without_a_call": 0}
     info = pack.node_inspector.render(m)[1]
     assert info["comfyui_version"] == VERSION and "warnings" not in info
 
@@ -74,7 +75,8 @@ def test_attention_patch_after_ours_is_warned_once(pack, wan, wan_base, caplog):
         assert "Fix: place the Sparse Attention Patch last, after ModelAttentionBackend / Sage / other " \
                "attention patches." in text
     assert "sage_like_override" in s["warnings"]["displaced"]
-    assert s["video_self_attention"] == {"modules_entered": 9, "calls_reached_override": 0}
+    assert s["video_self_attention"] == {"modules_entered": 9, "calls_reached_override": 0,
+                                         "modules_without_a_call": 9}
     # once per patched model, although two runs of 3 steps saw it
     assert len(warnings_logged(caplog, "not the Sparse Attention Patch's")) == 1
     assert len(warnings_logged(caplog, "no sparse attention call")) == 1
@@ -104,6 +106,45 @@ def test_override_after_ours_that_hands_calls_on_is_no_displacement(pack, wan, c
     assert len(seen) == 2 * 3 * 2 and s["sparse_calls"] == 2 * 3
     assert "wrapping_override" in s["override_displaced_by"] and s["warnings"] == {}
     assert not warnings_logged(caplog, "Fix: place")
+
+
+def test_override_after_ours_that_runs_some_calls_itself_is_warned(pack, wan, caplog):  # noqa: F811
+    """Like ComfyUI's own Model Sparse Attention node (after 0.33): a later override that
+    runs the calls it wants itself and hands the rest on. The patch is then only partly in
+    charge; the summary and the log say so once, with how many modules ran without it."""
+    m = patch(pack, wan.patcher, beta=1.0, warmup=0.0, dense_blocks="")
+    late = m.clone()
+    late.model_options = dict(late.model_options)
+    to = late.model_options["transformer_options"] = dict(late.model_options["transformer_options"])
+    inner = to["optimized_attention_override"]
+    calls = []
+
+    def picky_override(func, *args, **kwargs):   # block 0 (its self and cross call) its own way
+        calls.append(1)
+        if len(calls) % 6 in (1, 2):
+            return func(*args, **kwargs)
+        return inner(func, *args, **kwargs)
+    to["optimized_attention_override"] = picky_override
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        H.sample(wan, steps=2, model=late)
+    s = summary(pack, late)
+    assert s["sparse_calls"] == 2 * 2
+    assert s["video_self_attention"] == {"modules_entered": 6, "calls_reached_override": 4,
+                                         "modules_without_a_call": 2}
+    assert set(s["warnings"]) == {"displaced_in_part"}
+    text = s["warnings"]["displaced_in_part"]
+    assert "picky_override" in text and "(1 of 3 ran without the patch)" in text, text  # the first forward
+    assert text.endswith("Fix: " + pack.dispatch.PLACE_LAST + ".")
+    assert len(warnings_logged(caplog, "ran without the patch")) == 1
+
+
+def test_comfyuis_own_sparse_node_gets_its_own_fix(pack):  # noqa: F811
+    dispatch = pack.dispatch
+    core = "comfy_extras.nodes_sparse_attention.make_attention_override.<locals>.override"
+    assert dispatch.displacement_fix(core) == dispatch.ONE_SPARSE_NODE
+    for other in ("comfy.model_patcher.set_model_optimized_attention", "sage_attention.override",
+                  "comfy_extras.nodes_sparse_attention_like.override"):
+        assert dispatch.displacement_fix(other) == dispatch.PLACE_LAST
 
 
 def test_attention_patch_before_ours_is_fine(pack, wan, caplog):  # noqa: F811
