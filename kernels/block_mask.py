@@ -191,10 +191,11 @@ class BlockMask:
         return dense[..., :nb]
 
 
-def work_order(visits: torch.Tensor, lengths: torch.Tensor, block_m: int, order: str = "head") -> torch.Tensor:
-    """Launch order of query tiles, int32: entries (head · NB + query block) · tiles + tile.
+def work_order(visits: torch.Tensor, layout: BlockLayout, block_m: int, order: str = "head") -> torch.Tensor:
+    """Launch order of query tiles, int32: entries (head · NB + query block) · tiles + tile,
+    tiles = ceil(block slots / block_m), as the kernels decode them (``BlockMask.tiles_per_block``).
 
-    ``visits`` (H, NB) key blocks per (head, query block), ``lengths`` real rows per block.
+    ``visits`` (H, NB) key blocks per (head, query block) of ``layout``'s blocks.
     "head" keeps each head's query blocks together in block order (neighbouring query blocks
     read overlapping keys), heads heaviest first so the lightest runs last; "heaviest" runs
     (head, block) pairs heaviest first. Tiles past a block's real rows get no program; the
@@ -202,7 +203,9 @@ def work_order(visits: torch.Tensor, lengths: torch.Tensor, block_m: int, order:
     masks; Sol's routed masks are ordered per call on the device (``sol_router.work_by_count``).
     """
     H, nb = visits.shape
-    tiles = int(-(-int(lengths.max()) // block_m)) if nb else 1
+    # From the slots, not the longest block: where a tile sticks out of the grid on some axis
+    # every block is short, and fewer tiles here would give the kernels another head's rows.
+    tiles = -(-layout.block_tokens // block_m)
     if order == "heaviest":
         pairs = torch.argsort(visits.reshape(-1), descending=True, stable=True)
     elif order == "head":
@@ -211,7 +214,7 @@ def work_order(visits: torch.Tensor, lengths: torch.Tensor, block_m: int, order:
     else:
         raise ValueError(f"order must be 'heaviest' or 'head', got {order!r}")
     entries = pairs[:, None] * tiles + torch.arange(tiles)
-    live = torch.arange(tiles)[None, :] * block_m < lengths.long().cpu()[pairs % nb][:, None]
+    live = torch.arange(tiles)[None, :] * block_m < layout.lengths.long().cpu()[pairs % nb][:, None]
     return entries[live].to(torch.int32)
 
 
@@ -236,6 +239,6 @@ def mask_from_dense(keep: torch.Tensor, layout: BlockLayout, block_m: int, order
             # Visited blocks first, each group ascending: sort on (not visited, index).
             key = (~keep[b, h]).to(torch.int32) * nb + index
             ids[b, h] = (torch.sort(key, dim=-1).values[:, :width] % nb).to(ids.dtype)
-    work = work_order(counts.sum(-1).sum(0), layout.lengths, block_m, order)
+    work = work_order(counts.sum(-1).sum(0), layout, block_m, order)
     dev = layout.device
     return BlockMask(layout, counts.to(dev).contiguous(), ids.to(dev).contiguous(), work.to(dev), block_m)

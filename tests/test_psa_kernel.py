@@ -28,6 +28,10 @@ CASES = [
     ((4, 4, 4), (2, 2, 2), 13, 2, 1, 128, torch.bfloat16),   # text tokens after the grid
     ((2, 8, 8), (1, 4, 16), 5, 1, 3, 64, torch.float16),     # tile wider than the grid
     ((2, 6, 16), (1, 4, 16), 0, 2, 2, 128, torch.float16),   # 64-token blocks: unmasked fast path
+    # A tile longer than the grid: every block is short, so its last query tiles get no
+    # program, and the launch order must still count the tiles a block's slots hold.
+    ((2, 8, 8), (3, 8, 8), 0, 1, 2, 64, torch.float16),
+    ((1, 8, 16), (3, 8, 16), 7, 2, 3, 64, torch.bfloat16),   # one frame, the shipped presets' tile
 ]
 
 
