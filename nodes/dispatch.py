@@ -336,21 +336,29 @@ class VideoSpan(NamedTuple):
     grid: tuple
 
 
-def video_first(t: torch.Tensor, span: VideoSpan) -> torch.Tensor:
-    """(B, L, H, D) q/k/v with the video tokens moved to the front, as the kernels take them
-    (the tensor itself when they are there already; else a copy)."""
+def video_first(t: torch.Tensor, span: VideoSpan, dim: int = 1) -> torch.Tensor:
+    """q/k/v with the video tokens (along ``dim``) moved to the front, as the kernels take
+    them: the tensor itself when they are there already, else a copy in the same layout."""
     if span.start == 0:
         return t
     end = span.start + span.count
-    return torch.cat([t[:, span.start:end], t[:, :span.start], t[:, end:]], dim=1)
+    return torch.cat([t.narrow(dim, span.start, span.count), t.narrow(dim, 0, span.start),
+                      t.narrow(dim, end, t.shape[dim] - end)], dim=dim)
+
+
+def kernel_input(t: torch.Tensor, heads: int, skip_reshape: bool, span: VideoSpan) -> torch.Tensor:
+    """A call's q, k or v as the kernels take it: (B, L, H, D), the video tokens first. A
+    reorder copies in the call's own layout (heads first with ``skip_reshape``), the one the
+    kernels were measured on."""
+    return blhd(video_first(t, span, dim=2 if skip_reshape else 1), heads, skip_reshape)
 
 
 def call_order(out: torch.Tensor, span: VideoSpan) -> torch.Tensor:
     """The inverse of ``video_first`` on a kernel's (B, L, H, D) output."""
     if span.start == 0:
         return out
-    before = out[:, span.count:span.count + span.start]
-    return torch.cat([before, out[:, :span.count], out[:, span.count + span.start:]], dim=1)
+    after = span.count + span.start
+    return torch.cat([out[:, span.count:after], out[:, :span.count], out[:, after:]], dim=1)
 
 
 class SparseAttention:
@@ -791,7 +799,7 @@ class SparseAttention:
 
     def _run_sparse(self, q, k, v, heads, skip_reshape, plan):
         span = plan["span"]
-        q4, k4, v4 = (video_first(blhd(t, heads, skip_reshape), span) for t in (q, k, v))
+        q4, k4, v4 = (kernel_input(t, heads, skip_reshape, span) for t in (q, k, v))
         out, density = self._run_kernel(q4, k4, v4, plan)
         return call_order(out, span), density
 

@@ -38,7 +38,7 @@ import torch
 
 from ._kernels import kernels_module
 from .config import PatchConfig, parse_block_list, parse_tile
-from .dispatch import EXPECTED_REASONS, _REASON_TEXT, SparseAttention, blhd, call_args, tokens_of, video_first
+from .dispatch import EXPECTED_REASONS, _REASON_TEXT, SparseAttention, call_args, kernel_input, tokens_of
 from .presets import model_fingerprint, preset_family
 
 log = logging.getLogger("sparse_video_attention")
@@ -324,7 +324,7 @@ class SearchAttention(SparseAttention):
         return out
 
     def _evaluate(self, q, k, v, heads, skip_reshape, span):
-        q4, k4, v4 = (video_first(blhd(t, heads, skip_reshape), span) for t in (q, k, v))
+        q4, k4, v4 = (kernel_input(t, heads, skip_reshape, span) for t in (q, k, v))
         grid, extra = span.grid, span.seq_len - span.count
         key = (grid, extra, q4.shape[2])
         if self.acc is None:
