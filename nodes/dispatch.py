@@ -145,6 +145,7 @@ def comfyui_version() -> str:
 
 
 def displacement_fix(displaced_by: str) -> str:
+    """The fix a displacement warning names, for the override described by ``displaced_by``."""
     return ONE_SPARSE_NODE if displaced_by.startswith(CORE_SPARSE_MODULE + ".") else PLACE_LAST
 
 
@@ -206,7 +207,7 @@ class RunStats:
         self.compiled_calls_unseen = False
         self.grid = None
         self.notes = {}          # reason -> first detail message of this run
-        self.warnings = {}       # guard ("displaced", "no_sparse_calls") -> message with the fix
+        self.warnings = {}       # guard ("displaced", "displaced_in_part", "no_sparse_calls") -> message with the fix
         self.video_modules = 0   # video self-attention modules entered (forward pre-hooks)
         self.video_calls = 0     # attention calls that reached the override inside them
         self.video_modules_unreached = 0  # entered modules none of whose calls reached it
