@@ -238,6 +238,18 @@ def per_block_rel_err(out, ref, layout):
     return float((err / norm.clamp_min(1e-12)).sqrt().max())
 
 
+def kernel_over_nan(monkeypatch, q, k, v, **kw):
+    """``kernels.sol_attention`` with its output allocated as NaN: every element must be written."""
+    real_empty = torch.empty
+    monkeypatch.setattr(kernels.sol.torch, "empty",
+                        lambda *a, **k: real_empty(*a, **k).fill_(float("nan")) if k.get("dtype", None) == q.dtype
+                        else real_empty(*a, **k))
+    try:
+        return kernels.sol_attention(q, k, v, **kw)
+    finally:
+        monkeypatch.undo()
+
+
 TILE_CASES = [
     # B, grid, tile, extra, H, D, dtype, beta, estimator, keep_diagonal
     (2, (3, 6, 10), None, 9, 2, 64, torch.float16, 0.8, "exact", False),      # auto tile, text sinks
@@ -255,17 +267,48 @@ def test_kernel_matches_reference_on_3d_tiles(B, grid, tile, extra, H, D, dtype,
     L = grid[0] * grid[1] * grid[2] + extra
     q, k, v = qkv(B, L, H, D, dtype, seed=L + H)
     kw = dict(beta=beta, estimator=estimator, grid=grid, tile=tile, keep_diagonal=keep_diagonal, return_stats=True)
-    real_empty = torch.empty
-    monkeypatch.setattr(kernels.sol.torch, "empty",  # every element of the output must be written
-                        lambda *a, **k: real_empty(*a, **k).fill_(float("nan")) if k.get("dtype", None) == dtype
-                        else real_empty(*a, **k))
-    out, stats = kernels.sol_attention(q, k, v, **kw)
-    monkeypatch.undo()
+    out, stats = kernel_over_nan(monkeypatch, q, k, v, **kw)
     ref, ref_stats = kernels.sol_attention_reference(q, k, v, **kw)
     assert torch.isfinite(out).all()
     assert per_block_rel_err(out, ref, sol_layout(L, grid, tile)) < (5e-3 if dtype == torch.float16 else 3e-2)
     assert torch.equal(stats["exact_blocks"], ref_stats["exact_blocks"])
     torch.testing.assert_close(stats["density"], ref_stats["density"])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_random_grids_and_tiles_match_reference(seed, monkeypatch):
+    """Seeded random grids (smaller or larger than the tile on any axis), tiles (the grid's
+    own or a forced one within the 8x padding limit), text tokens, batch and heads: the
+    kernel's output, written over NaN, against the reference per block, and its exact-block
+    counts equal to the reference's."""
+    from kernels.sol_routing import sol_layout
+
+    gen = torch.Generator().manual_seed(200 + seed)
+
+    def draw(low, high):
+        return int(torch.randint(low, high + 1, (1,), generator=gen))
+    tiles = [None, (1, 8, 8), (2, 4, 8), (4, 4, 4), (2, 8, 4), (1, 4, 16)]
+    while True:
+        grid, tile = (draw(1, 5), draw(1, 12), draw(1, 14)), tiles[draw(0, len(tiles) - 1)]
+        if tile is None:
+            break
+        padded = 1
+        for g, t in zip(grid, tile):
+            padded *= -(-g // t) * t
+        if padded <= 8 * grid[0] * grid[1] * grid[2]:
+            break
+    B, H, extra = draw(1, 2), draw(1, 3), draw(0, 70)
+    dtype = (torch.float16, torch.bfloat16)[draw(0, 1)]
+    L = grid[0] * grid[1] * grid[2] + extra
+    q, k, v = qkv(B, L, H, 64, dtype, seed=300 + seed)
+    kw = dict(beta=(0.0, 0.8, 1.5)[draw(0, 2)], estimator=("exact", "diag")[draw(0, 1)], grid=grid, tile=tile,
+              return_stats=True)
+    out, stats = kernel_over_nan(monkeypatch, q, k, v, **kw)
+    ref, ref_stats = kernels.sol_attention_reference(q, k, v, **kw)
+    case = (B, grid, tile, extra, H, dtype, kw["beta"], kw["estimator"])
+    assert torch.isfinite(out).all(), case
+    assert per_block_rel_err(out, ref, sol_layout(L, grid, tile)) < (5e-3 if dtype == torch.float16 else 3e-2), case
+    assert torch.equal(stats["exact_blocks"], ref_stats["exact_blocks"]), case
 
 
 def test_heads_run_in_groups_within_the_scratch_budget(monkeypatch):
