@@ -309,6 +309,50 @@ def test_override_call_layout_hunyuan_video(tiny_model):
     assert all("grid_sizes" not in c.topt_keys for c in calls)
 
 
+def _grid_token_hooks(family, dm, seen):
+    """Instrument the layer that turns a family's latent into tokens and the first block's
+    input: ``seen["grid"]`` the latent grid's tokens in (frame, row, column) order, as the pack
+    assumes them; ``seen["tokens"]`` the first block's (video) tokens, as the model has them."""
+    def keep(name, pick):
+        return lambda module, args, *rest: seen.__setitem__(name, pick(args, rest).detach().clone())
+    in_row_major = lambda grid: grid.flatten(2).transpose(1, 2)  # (B, C, T, H, W) -> (B, T·H·W, C)
+    if family.startswith("wan"):
+        return [dm.patch_embedding.register_forward_hook(keep("grid", lambda a, r: in_row_major(r[0]))),
+                dm.blocks[0].register_forward_pre_hook(keep("tokens", lambda a, r: a[0]))]
+    if family == "hunyuan_video":  # PatchEmbed: a Conv3d, then its own flatten
+        return [dm.img_in.proj.register_forward_hook(keep("grid", lambda a, r: in_row_major(r[0]))),
+                dm.img_in.register_forward_hook(keep("tokens", lambda a, r: r[0]))]
+    patchify = dm.patchifier.patchify  # LTX-Video / LTX-2: patch size 1, a rearrange
+
+    def recording(latents, *args, **kwargs):
+        seen["grid"] = in_row_major(latents).detach().clone()
+        return patchify(latents, *args, **kwargs)
+    dm.patchifier.patchify = recording
+
+    class Restore:
+        def remove(self):
+            del dm.patchifier.patchify
+    return [Restore(), dm.patchify_proj.register_forward_pre_hook(keep("tokens", lambda a, r: a[0]))]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_video_tokens_are_the_latent_grid_in_frame_row_column_order(tiny_model, family):
+    """Every 3D tile of both methods assumes it: the video tokens of an attention call are the
+    latent grid's, frame by frame, row by row. Read off the layer that makes the tokens."""
+    tiny = tiny_model(family)
+    dm = tiny.patcher.model.diffusion_model
+    seen = {}
+    hooks = _grid_token_hooks(family, dm, seen)
+    try:
+        h.sample(tiny, steps=1)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    grid = seen["grid"]
+    assert grid.shape[1] == video_tokens(tiny)
+    torch.testing.assert_close(seen["tokens"][:, :grid.shape[1]], grid, rtol=0, atol=0)
+
+
 def test_override_call_layout_ltxv(tiny_model):
     tiny = tiny_model("ltxv")
     n, inner = video_tokens(tiny), tiny.heads * tiny.head_dim
