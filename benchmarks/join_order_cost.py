@@ -2,7 +2,8 @@
 
 0.33 hands HunyuanVideo's joint attention over as [text, video] (0.3.75 as [video, text]);
 the kernels take the video first, so the dispatcher copies q, k and v into that order and
-the output back (``nodes.dispatch.video_first`` / ``call_order``). Per method this times the
+the output back (``kernels.layout.tokens_to_front`` / ``tokens_back``, in the call's own
+heads-first layout, as ``nodes.dispatch.kernel_input`` does). Per method this times the
 kernel call on video-first inputs (0.3.75's order) and the same call with the copies around
 it on the same tokens joined text first, on HunyuanVideo-shaped inputs stored heads first as
 ComfyUI hands them (fresh gaussian values). Before timing, the two outputs must agree token
@@ -24,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
 from benchmarks.bench_kernels import psa_params_for_density  # noqa: E402
-from nodes.dispatch import VideoSpan, call_order, kernel_input  # noqa: E402
+from kernels.layout import tokens_back, tokens_to_front  # noqa: E402
 
 METHODS = ("sol", "psa")
 PSA_TILE = (3, 8, 16)  # the shipped HunyuanVideo 720p preset's tile
@@ -56,33 +57,29 @@ def method_call(method, grid, text_tokens, heads, density):
                                                  extra_tokens=text_tokens)
 
 
-def dispatched(call, heads, span):
-    """``call`` as the dispatcher runs it on a (1, H, L, D) join: the inputs reordered to the
-    video first (copies when the text comes first), the output back in the join's order."""
+def dispatched(call, text_first, text_tokens, n_video):
+    """``call`` as the dispatcher runs it on a (1, H, L, D) join: the video moved to the front
+    in that layout (copies when the text comes first), the output put back in the join's order."""
+    start = text_tokens if text_first else 0
+
     def run(q, k, v):
-        return call_order(call(*(kernel_input(t, heads, True, span) for t in (q, k, v))), span)
+        inputs = (tokens_to_front(t, start, n_video, dim=2).transpose(1, 2) for t in (q, k, v))
+        return tokens_back(call(*inputs), start, n_video)
     return run
-
-
-def spans(grid, text_tokens):
-    """The VideoSpan of each join order: (video first, text first)."""
-    n_video = grid[0] * grid[1] * grid[2]
-    return (VideoSpan(0, n_video, n_video + text_tokens, grid),
-            VideoSpan(text_tokens, n_video, n_video + text_tokens, grid))
 
 
 def agreement(method, grid, text_tokens, heads, head_dim, density, *, device, dtype, seed=0):
     """(largest |difference|, NaN seen) between the call on the video-first join and the call
     on the text-first join, the first put in the second's order (outputs poisoned first)."""
-    video_span, text_span = spans(grid, text_tokens)
+    n_video = grid[0] * grid[1] * grid[2]
     call = method_call(method, grid, text_tokens, heads, density)
     outputs = []
-    for span, text_first in ((video_span, False), (text_span, True)):
+    for text_first in (False, True):
         qkv = joined_inputs(grid, text_tokens, heads, head_dim, text_first=text_first, device=device,
                             dtype=dtype, seed=seed)
         poison(qkv[0])
-        outputs.append(dispatched(call, heads, span)(*qkv))
-    want, got = call_order(outputs[0], text_span), outputs[1]   # video first -> the text-first order
+        outputs.append(dispatched(call, text_first, text_tokens, n_video)(*qkv))
+    want, got = tokens_back(outputs[0], text_tokens, n_video), outputs[1]   # video first -> text first
     nan = bool(torch.isnan(got).any() or torch.isnan(want).any())
     return float((got.float() - want.float()).abs().max()), nan
 
@@ -132,7 +129,7 @@ def main(argv=None):
     if not torch.cuda.is_available():
         ap.error("needs a CUDA device (the timing); the CPU tests check the agreement")
 
-    video_span, text_span = spans(grid, args.text)
+    n_video = grid[0] * grid[1] * grid[2]
     results = {"command": " ".join(sys.argv), "device": torch.cuda.get_device_name(),
                "grid": list(grid), "text_tokens": args.text, "heads": args.heads, "head_dim": args.head_dim,
                "density": args.density, "rows": []}
@@ -144,13 +141,15 @@ def main(argv=None):
             call = method_call(method, grid, args.text, args.heads, args.density)
             joins = [joined_inputs(grid, args.text, args.heads, args.head_dim, text_first=first,
                                    device="cuda", dtype=torch.bfloat16, seed=1) for first in (False, True)]
-            inputs = [kernel_input(t, args.heads, True, text_span) for t in joins[1]]
-            out = call(*inputs)
-            row["video_first_ms"] = time_ms(lambda: dispatched(call, args.heads, video_span)(*joins[0]), args.rep_ms)
-            row["text_first_ms"] = time_ms(lambda: dispatched(call, args.heads, text_span)(*joins[1]), args.rep_ms)
-            row["copies_in_ms"] = time_ms(lambda: [kernel_input(t, args.heads, True, text_span) for t in joins[1]],
+            copies = [tokens_to_front(t, args.text, n_video, dim=2) for t in joins[1]]
+            out = call(*(t.transpose(1, 2) for t in copies))
+            row["video_first_ms"] = time_ms(lambda: dispatched(call, False, args.text, n_video)(*joins[0]),
+                                            args.rep_ms)
+            row["text_first_ms"] = time_ms(lambda: dispatched(call, True, args.text, n_video)(*joins[1]),
+                                           args.rep_ms)
+            row["copies_in_ms"] = time_ms(lambda: [tokens_to_front(t, args.text, n_video, dim=2) for t in joins[1]],
                                           args.rep_ms)
-            row["copy_out_ms"] = time_ms(lambda: call_order(out, text_span), args.rep_ms)
+            row["copy_out_ms"] = time_ms(lambda: tokens_back(out, args.text, n_video), args.rep_ms)
             row["overhead"] = row["text_first_ms"] / row["video_first_ms"] - 1.0
         results["rows"].append(row)
         print(json.dumps(row), flush=True)

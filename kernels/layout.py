@@ -51,7 +51,7 @@ import torch
 from ._checks import cache_device, check_int, shown
 
 __all__ = [
-    "TileLayout", "tile_layout", "check_grid", "check_tile", "check_padding",
+    "TileLayout", "tile_layout", "check_grid", "check_tile", "check_padding", "tokens_to_front", "tokens_back",
     "MAX_GRID_AXIS", "MAX_GRID_TOKENS", "MAX_TILE_AXIS", "MAX_TILE_TOKENS", "MAX_PADDING_FACTOR",
 ]
 
@@ -227,3 +227,24 @@ def tile_layout(grid, tile, device="cpu") -> TileLayout:
     The cached object is shared: treat its tensors as read-only.
     """
     return _cached_layout(check_grid(grid), check_tile(tile), str(cache_device(device)))
+
+
+def tokens_to_front(x: torch.Tensor, start: int, count: int, dim: int = 1) -> torch.Tensor:
+    """``x`` with its ``count`` tokens from ``start`` along ``dim`` moved to the front and the
+    others after them, in their order: the kernels take the grid's tokens first, and ComfyUI
+    0.33 hands HunyuanVideo's text over before its video. ``x`` itself when ``start`` is 0,
+    else a copy (contiguous: reorder a (B, H, L, D) tensor along dim 2 to keep heads first)."""
+    if start == 0:
+        return x
+    end = start + count
+    return torch.cat([x.narrow(dim, start, count), x.narrow(dim, 0, start), x.narrow(dim, end, x.shape[dim] - end)],
+                     dim=dim)
+
+
+def tokens_back(x: torch.Tensor, start: int, count: int, dim: int = 1) -> torch.Tensor:
+    """The inverse of :func:`tokens_to_front`."""
+    if start == 0:
+        return x
+    after = count + start
+    return torch.cat([x.narrow(dim, count, start), x.narrow(dim, 0, count), x.narrow(dim, after, x.shape[dim] - after)],
+                     dim=dim)

@@ -78,6 +78,8 @@ import torch
 
 from . import ops
 from ._kernels import kernels_module
+
+_layout = kernels_module("layout")  # at import: the call path may run inside torch.compile
 from .adapters.base import register_hooks
 from .config import SOL_TILE_AUTO, PatchConfig, resolve_blocks
 from .schedule import Schedule, locate
@@ -337,29 +339,16 @@ class VideoSpan(NamedTuple):
     grid: tuple
 
 
-def video_first(t: torch.Tensor, span: VideoSpan, dim: int = 1) -> torch.Tensor:
-    """q/k/v with the video tokens (along ``dim``) moved to the front, as the kernels take
-    them: the tensor itself when they are there already, else a copy in the same layout."""
-    if span.start == 0:
-        return t
-    end = span.start + span.count
-    return torch.cat([t.narrow(dim, span.start, span.count), t.narrow(dim, 0, span.start),
-                      t.narrow(dim, end, t.shape[dim] - end)], dim=dim)
-
-
 def kernel_input(t: torch.Tensor, heads: int, skip_reshape: bool, span: VideoSpan) -> torch.Tensor:
     """A call's q, k or v as the kernels take it: (B, L, H, D), the video tokens first. A
-    reorder copies in the call's own layout (heads first with ``skip_reshape``), the one the
-    kernels were measured on."""
-    return blhd(video_first(t, span, dim=2 if skip_reshape else 1), heads, skip_reshape)
+    reorder copies along the call's own token axis (heads first with ``skip_reshape``), so
+    the copy keeps the layout the kernels were measured on."""
+    return blhd(_layout.tokens_to_front(t, span.start, span.count, dim=2 if skip_reshape else 1), heads, skip_reshape)
 
 
 def call_order(out: torch.Tensor, span: VideoSpan) -> torch.Tensor:
-    """The inverse of ``video_first`` on a kernel's (B, L, H, D) output."""
-    if span.start == 0:
-        return out
-    after = span.count + span.start
-    return torch.cat([out[:, span.count:after], out[:, :span.count], out[:, after:]], dim=1)
+    """A kernel's (B, L, H, D) output back in the call's token order."""
+    return _layout.tokens_back(out, span.start, span.count)
 
 
 class SparseAttention:

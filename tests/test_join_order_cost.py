@@ -19,7 +19,7 @@ def test_both_join_orders_give_one_output(method):
 
 def test_inputs_left_in_the_join_order_are_caught(monkeypatch):
     """The check can fail: a dispatcher that handed the kernel the text first."""
-    monkeypatch.setattr(joc, "kernel_input", lambda t, heads, skip_reshape, span: t.transpose(1, 2))
+    monkeypatch.setattr(joc, "tokens_to_front", lambda t, start, count, dim: t)
     largest, _ = joc.agreement("sol", **SMALL)
     assert largest > 0.1
 

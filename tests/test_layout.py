@@ -124,3 +124,16 @@ def test_wrong_length_names_both_numbers():
         lay.to_blocks(torch.zeros(1, 9, 1, 1))
     with pytest.raises(ValueError, match="blocked slots"):
         lay.from_blocks(torch.zeros(1, 9, 1, 1))
+
+
+@pytest.mark.parametrize("dim", [1, 2])
+def test_tokens_to_front_and_back(dim):
+    from kernels.layout import tokens_back, tokens_to_front
+
+    x = torch.arange(2 * 3 * 10 * 4).reshape(2, 3, 10, 4).movedim(2, dim).contiguous()  # 10 tokens on dim
+    front = tokens_to_front(x, 3, 5, dim=dim)
+    order = [3, 4, 5, 6, 7, 0, 1, 2, 8, 9]
+    assert torch.equal(front, x.index_select(dim, torch.tensor(order)))
+    assert torch.equal(tokens_back(front, 3, 5, dim=dim), x)
+    assert front.is_contiguous()
+    assert tokens_to_front(x, 0, 5, dim=dim) is x and tokens_back(x, 0, 5, dim=dim) is x
