@@ -78,7 +78,10 @@ def test_sol_full_size(L, grid, H, beta, estimator, diag, layout):
                                                     ((30, 48, 80), (6, 8, 8), 256, "blhd"),
                                                     ((33, 45, 80), (3, 8, 16), 256, "single_block"),
                                                     # padding on every axis; whole boxes past T
-                                                    ((31, 45, 78), (6, 8, 8), 77, "heads_first")])
+                                                    ((31, 45, 78), (6, 8, 8), 77, "heads_first"),
+                                                    # one frame: the tile is longer than the grid,
+                                                    # so every block is short (block_mask.work_order)
+                                                    ((1, 45, 80), (3, 8, 16), 0, "blhd")])
 def test_psa_full_size(grid, tile, extra, layout):
     L = grid[0] * grid[1] * grid[2] + extra
     q, k, v = random_qkv(1, L, 2, layout, seed=L)
@@ -163,6 +166,7 @@ WS_CASES = [
     ("psa", 1, 21 * 45 * 80, (21, 45, 80), (3, 8, 16), 0, 2, 128, torch.bfloat16, "blhd"),      # Wan 720p, padded
     ("psa", 1, 33 * 45 * 80 + 256, (33, 45, 80), (3, 8, 16), 256, 2, 128, torch.bfloat16, "single_block"),
     ("psa", 2, 31 * 45 * 78 + 77, (31, 45, 78), (6, 8, 8), 77, 3, 64, torch.float16, "heads_first"),
+    ("psa", 1, 45 * 80 + 16, (1, 45, 80), (3, 8, 16), 16, 2, 128, torch.bfloat16, "blhd"),    # one frame
     ("sol", 1, 21 * 45 * 80, (21, 45, 80), None, 0, 3, 128, torch.bfloat16, "blhd"),            # odd work count
     ("sol", 2, 9 * 45 * 80 + 256, (9, 45, 80), None, 256, 2, 128, torch.bfloat16, "single_block"),
     ("sol", 1, 32768 + 5, None, None, 0, 2, 64, torch.float16, "heads_first"),                 # row-major
