@@ -398,6 +398,19 @@ def _hunyuan_truth_hooks(dm, seen):
     ]
 
 
+def sample_seeing_hunyuan_layers(tiny, model):
+    """One sampling step of ``model`` with ``_hunyuan_truth_hooks`` on the HunyuanVideo
+    ``tiny``'s layers; returns what they recorded."""
+    seen = {}
+    hooks = _hunyuan_truth_hooks(tiny.patcher.model.diffusion_model, seen)
+    try:
+        H.sample(tiny, steps=1, model=model)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen
+
+
 def _values(qkv, heads):
     """The value rows (B, L, H, D) of a fused q/k/v projection's output (B, L, 3·H·D)."""
     b, n, _ = qkv.shape
@@ -411,7 +424,6 @@ def check_hunyuan_join_order(pack, monkeypatch, tiny, op_name, model):
     output handed back in ComfyUI's order. The order is read off the rows of ComfyUI's own
     image and text layers, not from the pack's idea of it: ComfyUI 0.3.75 joins HunyuanVideo's
     joint attention as [video, text], 0.33 as [text, video]."""
-    dm = tiny.patcher.model.diffusion_model
     kernel_calls = []
     real_op = getattr(pack.ops, op_name)
 
@@ -420,13 +432,7 @@ def check_hunyuan_join_order(pack, monkeypatch, tiny, op_name, model):
         kernel_calls.append((v, result[0] if isinstance(result, tuple) else result))
         return result
     monkeypatch.setattr(pack.ops, op_name, spy)
-    seen = {}
-    hooks = _hunyuan_truth_hooks(dm, seen)
-    try:
-        H.sample(tiny, steps=1, model=model)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    seen = sample_seeing_hunyuan_layers(tiny, model)
     assert len(kernel_calls) == 2                       # the double block, then the single block
     (double_v, double_out), (single_v, single_out) = kernel_calls
     img_v, txt_v = (_values(seen[name], tiny.heads) for name in ("double_img_qkv", "double_txt_qkv"))

@@ -14,7 +14,7 @@ import comfyui_harness as H
 from kernels.presets import load_preset
 from kernels.psa_mask import psa_mask
 from kernels.psa_search import LossTable, load_qkv_sample, search_samples
-from test_nodes import _hunyuan_truth_hooks, _live, _values, comfy, pack, patch, summary  # noqa: F401  (fixtures and helpers)
+from test_nodes import _live, _values, comfy, pack, patch, sample_seeing_hunyuan_layers, summary  # noqa: F401
 
 STEPS = 4
 
@@ -135,15 +135,8 @@ def test_search_samples_hunyuan_video_with_the_video_tokens_first(pack):  # noqa
     first and the text after them, in either of ComfyUI's join orders (test_nodes.py): the
     saved values are the rows of ComfyUI's own image and text layers, in that order."""
     tiny = H.build_hunyuan_video(5, hidden_size=256)
-    dm = tiny.patcher.model.diffusion_model
     m = search(pack, tiny.patcher, "hunyuan_join_order", save_qkv=True)
-    seen = {}
-    hooks = _hunyuan_truth_hooks(dm, seen)
-    try:
-        H.sample(tiny, steps=1, model=m)
-    finally:
-        for hook in hooks:
-            hook.remove()
+    seen = sample_seeing_hunyuan_layers(tiny, m)
     s = summary(pack, m)["search"]
     files = sorted(os.listdir(s["qkv_dir"]))
     assert len(files) == 2                                   # the double block, the single block
