@@ -24,7 +24,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
-from benchmarks.bench_kernels import psa_params_for_density  # noqa: E402
+from benchmarks.bench_kernels import bench_ms, poison_allocator, psa_params_for_density  # noqa: E402
 from kernels.layout import tokens_back, tokens_to_front  # noqa: E402
 
 METHODS = ("sol", "psa")
@@ -77,23 +77,12 @@ def agreement(method, grid, text_tokens, heads, head_dim, density, *, device, dt
     for text_first in (False, True):
         qkv = joined_inputs(grid, text_tokens, heads, head_dim, text_first=text_first, device=device,
                             dtype=dtype, seed=seed)
-        poison(qkv[0])
+        if qkv[0].is_cuda:  # NaN-filled memory for the outputs to reuse
+            poison_allocator(4 * qkv[0].numel() * qkv[0].element_size())
         outputs.append(dispatched(call, text_first, text_tokens, n_video)(*qkv))
     want, got = tokens_back(outputs[0], text_tokens, n_video), outputs[1]   # video first -> text first
     nan = bool(torch.isnan(got).any() or torch.isnan(want).any())
     return float((got.float() - want.float()).abs().max()), nan
-
-
-def poison(like):
-    """Leave NaN-filled memory in the caching allocator for the next outputs to reuse."""
-    if like.is_cuda:
-        junk = torch.full((4 * like.numel(),), float("nan"), dtype=like.dtype, device=like.device)
-        del junk
-
-
-def time_ms(fn, rep_ms):
-    import triton
-    return triton.testing.do_bench(fn, warmup=max(25, rep_ms // 4), rep=rep_ms, return_mode="median")
 
 
 def parse_grid(text):
@@ -143,13 +132,13 @@ def main(argv=None):
                                    device="cuda", dtype=torch.bfloat16, seed=1) for first in (False, True)]
             copies = [tokens_to_front(t, args.text, n_video, dim=2) for t in joins[1]]
             out = call(*(t.transpose(1, 2) for t in copies))
-            row["video_first_ms"] = time_ms(lambda: dispatched(call, False, args.text, n_video)(*joins[0]),
+            row["video_first_ms"] = bench_ms(lambda: dispatched(call, False, args.text, n_video)(*joins[0]),
                                             args.rep_ms)
-            row["text_first_ms"] = time_ms(lambda: dispatched(call, True, args.text, n_video)(*joins[1]),
+            row["text_first_ms"] = bench_ms(lambda: dispatched(call, True, args.text, n_video)(*joins[1]),
                                            args.rep_ms)
-            row["copies_in_ms"] = time_ms(lambda: [tokens_to_front(t, args.text, n_video, dim=2) for t in joins[1]],
+            row["copies_in_ms"] = bench_ms(lambda: [tokens_to_front(t, args.text, n_video, dim=2) for t in joins[1]],
                                           args.rep_ms)
-            row["copy_out_ms"] = time_ms(lambda: tokens_back(out, args.text, n_video), args.rep_ms)
+            row["copy_out_ms"] = bench_ms(lambda: tokens_back(out, args.text, n_video), args.rep_ms)
             row["overhead"] = row["text_first_ms"] / row["video_first_ms"] - 1.0
         results["rows"].append(row)
         print(json.dumps(row), flush=True)
