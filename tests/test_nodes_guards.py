@@ -85,21 +85,30 @@ def test_attention_patch_after_ours_is_warned_once(pack, wan, wan_base, caplog):
     assert info["warnings"] == s["warnings"]
 
 
+def wrapped_by_a_later_override(model, make_override):
+    """A clone of ``model`` as a later node makes it: its override is ``make_override(inner)``,
+    ``inner`` being the override it found on the clone. Returns (clone, inner)."""
+    late = model.clone()
+    late.model_options = dict(late.model_options)
+    to = late.model_options["transformer_options"] = dict(late.model_options["transformer_options"])
+    inner = to["optimized_attention_override"]
+    to["optimized_attention_override"] = make_override(inner)
+    return late, inner
+
+
 def test_override_after_ours_that_hands_calls_on_is_no_displacement(pack, wan, caplog):  # noqa: F811
     """A later node whose override wraps the one it finds on its clone keeps the patch working:
     the wrapped one is the clone's own dispatcher, the one its wrappers run."""
     m = patch(pack, wan.patcher, beta=1.0, warmup=0.0, dense_blocks="")
-    late = m.clone()
-    late.model_options = dict(late.model_options)
-    to = late.model_options["transformer_options"] = dict(late.model_options["transformer_options"])
-    inner = to["optimized_attention_override"]
-    assert inner is pack.patching.dispatcher_of(late) and inner is not pack.patching.dispatcher_of(m)
     seen = []
 
-    def wrapping_override(func, *args, **kwargs):
-        seen.append(1)
-        return inner(func, *args, **kwargs)
-    to["optimized_attention_override"] = wrapping_override
+    def wrapping(inner):
+        def wrapping_override(func, *args, **kwargs):
+            seen.append(1)
+            return inner(func, *args, **kwargs)
+        return wrapping_override
+    late, inner = wrapped_by_a_later_override(m, wrapping)
+    assert inner is pack.patching.dispatcher_of(late) and inner is not pack.patching.dispatcher_of(m)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         H.sample(wan, steps=2, model=late)
     s = summary(pack, late)
@@ -113,18 +122,16 @@ def test_override_after_ours_that_runs_some_calls_itself_is_warned(pack, wan, ca
     runs the calls it wants itself and hands the rest on. The patch is then only partly in
     charge; the summary and the log say so once, with how many modules ran without it."""
     m = patch(pack, wan.patcher, beta=1.0, warmup=0.0, dense_blocks="")
-    late = m.clone()
-    late.model_options = dict(late.model_options)
-    to = late.model_options["transformer_options"] = dict(late.model_options["transformer_options"])
-    inner = to["optimized_attention_override"]
     calls = []
 
-    def picky_override(func, *args, **kwargs):   # block 0 (its self and cross call) its own way
-        calls.append(1)
-        if len(calls) % 6 in (1, 2):
-            return func(*args, **kwargs)
-        return inner(func, *args, **kwargs)
-    to["optimized_attention_override"] = picky_override
+    def picky(inner):
+        def picky_override(func, *args, **kwargs):   # block 0 (its self and cross call) its own way
+            calls.append(1)
+            if len(calls) % 6 in (1, 2):
+                return func(*args, **kwargs)
+            return inner(func, *args, **kwargs)
+        return picky_override
+    late, _ = wrapped_by_a_later_override(m, picky)
     with caplog.at_level(logging.INFO, logger=LOGGER):
         H.sample(wan, steps=2, model=late)
     s = summary(pack, late)
