@@ -913,6 +913,12 @@ def _pool_descriptor(means, block_n):
     return _tma_descriptor(means, [B * Hg, NB, D], [NB * D, D, 1], [1, block_n, D])
 
 
+@functools.lru_cache(maxsize=16)
+def l2_bytes(device) -> int:
+    """The L2 cache of ``device`` in bytes (0 where torch does not say)."""
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+
+
 def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, sub_frames, num_stages):
     """``block_sparse.block_sparse_attention`` on Hopper with the warp-specialised loop (the
     caller checked ``ws_supported``)."""
@@ -930,32 +936,39 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, s
     else:
         k_pool, v_pool, log2_len, bits = k_grid, v_grid, lay.lengths, mask.counts
     items_per_batch = 0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks
-    if shared:  # PSA: a program per 128-row query tile, its block's list
-        work, counts, ids, list_batch_stride = mask.work, mask.counts, mask.ids, items_per_batch
-    else:  # Sol: a program per pair of query blocks, their stream
-        streams = pair_streams(mask)
-        work, counts, ids, list_batch_stride = streams.work, streams.counts, streams.entries, streams.n_pairs
     nT, nH, nW = lay.block_grid
-    _ws_block_sparse_kernel[(work.shape[0] // (1 if shared else 2), B)](
-        Q=q, O=out, K_GRID=k_grid, V_GRID=v_grid, K_SEQ=k_seq, V_SEQ=v_seq, K_POOL=k_pool, V_POOL=v_pool,
-        K_HALF=k_half, V_HALF=v_half, K_ROW=k_row, V_ROW=v_row,
-        WORK=work, COUNTS=counts, IDS=ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
-        KEY_BITS=lay.lengths if shared else key_bits(lay),
-        LOG2_LEN=log2_len, ROUTED_BITS=bits,
-        stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
-        stride_ob=out.stride(0), stride_on=out.stride(1), stride_oh=out.stride(2),
-        n_work=work.shape[0], tiles_per_block=mask.tiles_per_block, num_blocks=lay.n_blocks, head_base=head_base,
-        list_batch_stride=list_batch_stride, list_stride=ids.shape[-1], bits_batch_stride=items_per_batch,
-        bits_stride=bits.shape[-1],
-        num_heads=H, group_heads=mask.num_heads, n_grid_blocks=lay.n_grid_blocks,
-        n_grid_tokens=lay.n_grid_tokens, tokens_t=lay.grid[0], tokens_h=lay.grid[1], tokens_w=lay.grid[2],
-        qk_scale_log2=scale * math.log2(math.e),
-        HEAD_DIM=D, BLOCK_N=block_n, BLOCK_TOKENS=lay.block_tokens,
-        TILE_T=lay.tile[0], TILE_H=lay.tile[1], TILE_W=lay.tile[2], SUB_T=sub_frames,
-        GRID_HW=nH * nW, GRID_W=nW,
-        STAGES=ring_stages(mask.block_m, block_n, D, q.element_size(), num_stages),
-        SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
-        POOLED=pooled is not None, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks, GRID_PADDED=lay.padded and not cover,
-        EDGE_COVER=cover, num_warps=4, maxnreg=KERNEL_MAXNREG,
-    )
+
+    def launch(work, counts, ids, list_batch_stride):
+        _ws_block_sparse_kernel[(work.shape[0] // (1 if shared else 2), B)](
+            Q=q, O=out, K_GRID=k_grid, V_GRID=v_grid, K_SEQ=k_seq, V_SEQ=v_seq, K_POOL=k_pool, V_POOL=v_pool,
+            K_HALF=k_half, V_HALF=v_half, K_ROW=k_row, V_ROW=v_row,
+            WORK=work, COUNTS=counts, IDS=ids, ROW_MAP=lay.row_map, LENGTHS=lay.lengths,
+            KEY_BITS=lay.lengths if shared else key_bits(lay),
+            LOG2_LEN=log2_len, ROUTED_BITS=bits,
+            stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
+            stride_ob=out.stride(0), stride_on=out.stride(1), stride_oh=out.stride(2),
+            n_work=work.shape[0], tiles_per_block=mask.tiles_per_block, num_blocks=lay.n_blocks,
+            head_base=head_base, list_batch_stride=list_batch_stride, list_stride=ids.shape[-1],
+            bits_batch_stride=items_per_batch, bits_stride=bits.shape[-1],
+            num_heads=H, group_heads=mask.num_heads, n_grid_blocks=lay.n_grid_blocks,
+            n_grid_tokens=lay.n_grid_tokens, tokens_t=lay.grid[0], tokens_h=lay.grid[1], tokens_w=lay.grid[2],
+            qk_scale_log2=scale * math.log2(math.e),
+            HEAD_DIM=D, BLOCK_N=block_n, BLOCK_TOKENS=lay.block_tokens,
+            TILE_T=lay.tile[0], TILE_H=lay.tile[1], TILE_W=lay.tile[2], SUB_T=sub_frames,
+            GRID_HW=nH * nW, GRID_W=nW,
+            STAGES=ring_stages(mask.block_m, block_n, D, q.element_size(), num_stages),
+            SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
+            POOLED=pooled is not None, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks,
+            GRID_PADDED=lay.padded and not cover, EDGE_COVER=cover, num_warps=4, maxnreg=KERNEL_MAXNREG,
+        )
+
+    if shared:  # PSA: a program per 128-row query tile, its block's list
+        launch(mask.work, mask.counts, mask.ids, items_per_batch)
+        return out
+    # Sol: a program per pair of query blocks, their stream; one launch per head where a head's
+    # K and V exceed L2 (NOTES #39).
+    streams = pair_streams(mask)
+    l2, kv_bytes = l2_bytes(q.device), L * D * (k.element_size() + v.element_size())
+    for part in streams.per_head(mask.num_heads) if 0 < l2 < kv_bytes else (streams,):
+        launch(part.work, part.counts, part.entries, part.batch_stride)
     return out

@@ -247,6 +247,21 @@ class PairStreams:
     def n_pairs(self) -> int:
         return int(self.counts.shape[1])
 
+    @property
+    def batch_stride(self) -> int:
+        """Programs between two batch entries of ``counts`` and ``entries`` in memory (``n_pairs``,
+        also for the views of ``per_head``)."""
+        return int(self.counts.stride(0) // self.counts.stride(1))
+
+    def per_head(self, num_heads: int) -> tuple["PairStreams", ...]:
+        """The streams of each of the group's ``num_heads`` heads, as views: ``pair_work`` orders
+        the programs head by head, the same number for every head."""
+        per = self.n_pairs // num_heads
+        if per * num_heads != self.n_pairs:
+            raise ValueError(f"PairStreams.per_head: {self.n_pairs} programs do not split into {num_heads} heads")
+        return tuple(PairStreams(self.work[2 * per * i:2 * per * (i + 1)], self.counts[:, per * i:per * (i + 1)],
+                                 self.entries[:, per * i:per * (i + 1)]) for i in range(num_heads))
+
 
 @functools.lru_cache(maxsize=64)
 def pair_partners(layout: BlockLayout) -> torch.Tensor:

@@ -198,3 +198,36 @@ def test_scratch_without_lists_lets_more_heads_share_a_launch():
     output = 75600 * 40 * 128 * 2
     assert [h1 - h0 for h0, h1 in head_groups(40, bare, output)] == [10] * 4
     assert len(head_groups(40, listed, output)) == 6
+
+
+def rows_as_the_loop_reads_them(t, batch_stride, width, batch, programs):
+    """What the Hopper loop loads for each (batch entry, program) from the tensor ``t`` it is
+    given: ``width`` elements at row b · batch_stride + p of the pointer ``t.data_ptr()``."""
+    flat = torch.as_strided(t, (t.untyped_storage().nbytes() // t.element_size(),), (1,), 0)
+    base = t.storage_offset()
+    return torch.stack([torch.stack([flat[base + (b * batch_stride + p) * width:][:width] for p in range(programs)])
+                        for b in range(batch)])
+
+
+def test_per_head_streams_are_views_the_loop_reads_head_by_head():
+    """One launch per head (``PairStreams.per_head``, where a head's K/V exceed L2): head i's
+    launch reads, through the same pointer arithmetic, exactly the programs of head i."""
+    lay = block_layout((4, 6, 10), (2, 4, 8), 70)
+    mask = routed_mask(lay, 2, 3, 0.3, seed=11)
+    streams = pair_streams(mask)
+    parts = streams.per_head(3)
+    per = streams.n_pairs // 3
+    n = lay.n_blocks
+    width = streams.entries.shape[-1]
+    for i, part in enumerate(parts):
+        assert part.batch_stride == streams.n_pairs and part.n_pairs == per
+        items = part.work[part.work >= 0]
+        assert items.numel() > 0 and bool(((items // n) == i).all())
+        assert part.work.data_ptr() == streams.work[2 * per * i:].data_ptr()  # a view, no copy
+        got_counts = rows_as_the_loop_reads_them(part.counts, part.batch_stride, 2, 2, per)
+        assert torch.equal(got_counts, streams.counts[:, per * i:per * (i + 1)])
+        got = rows_as_the_loop_reads_them(part.entries, part.batch_stride, width, 2, per)
+        assert torch.equal(got, streams.entries[:, per * i:per * (i + 1)])
+    assert torch.equal(torch.cat([p.work for p in parts]), streams.work)
+    with pytest.raises(ValueError, match="do not split into 2 heads"):
+        streams.per_head(2)

@@ -211,6 +211,36 @@ def test_warp_specialised_loop_matches_the_portable_loop(monkeypatch, method, B,
     assert rel_err(out_ws, out_portable) < 5e-3
 
 
+@pytest.mark.parametrize("layout", ["blhd", "single_block"])
+def test_sol_launches_per_head_write_what_one_launch_writes(monkeypatch, layout):
+    """Sol on the Hopper loop runs one launch per head where a head's K/V exceed L2
+    (``hopper_loop.l2_bytes``): forced both ways on one small call (batch 2, 3 heads, text
+    blocks), every row is written and the outputs are bitwise equal (a program's rows do not
+    depend on its launch)."""
+    from kernels import hopper_loop as hopper
+
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the warp-specialised loop is built for sm_90")
+    grid, extra, H = (9, 45, 80), 256, 3
+    L = 9 * 45 * 80 + extra
+    g = torch.Generator(device="cuda").manual_seed(L)
+    q, k, v = in_layout(*(torch.randn(2, L, H, 128, device="cuda", dtype=torch.bfloat16, generator=g)
+                          for _ in range(3)), layout)
+    launches = []
+    real = hopper._ws_block_sparse_kernel
+    monkeypatch.setattr(hopper, "_ws_block_sparse_kernel", type("Counted", (), {
+        "__getitem__": lambda self, grid: launches.append(grid) or real[grid]})())
+    outputs = {}
+    for name, l2 in (("one", 0), ("per_head", 1)):
+        monkeypatch.setattr(hopper, "l2_bytes", lambda device, l2=l2: l2)
+        launches.clear()
+        poison(q.numel() * 2)
+        outputs[name] = kernels.sol_attention(q, k, v, beta=1.04, grid=grid)
+        assert torch.isfinite(outputs[name]).all()
+        assert len(launches) == (H if name == "per_head" else 1)
+    assert torch.equal(outputs["one"], outputs["per_head"])
+
+
 @pytest.mark.parametrize("tile,extra,layout,D,dtype", [((3, 8, 16), 0, "blhd", 128, torch.bfloat16),
                                                        ((3, 8, 16), 256, "single_block", 128, torch.bfloat16),
                                                        ((3, 8, 8), 77, "heads_first", 64, torch.float16)])
