@@ -237,8 +237,7 @@ def tokens_to_front(x: torch.Tensor, start: int, count: int, dim: int = 1) -> to
     if start == 0:
         return x
     end = start + count
-    return torch.cat([x.narrow(dim, start, count), x.narrow(dim, 0, start), x.narrow(dim, end, x.shape[dim] - end)],
-                     dim=dim)
+    return _pieces_joined(x, ((start, count), (0, start), (end, x.shape[dim] - end)), dim)
 
 
 def tokens_back(x: torch.Tensor, start: int, count: int, dim: int = 1) -> torch.Tensor:
@@ -246,5 +245,17 @@ def tokens_back(x: torch.Tensor, start: int, count: int, dim: int = 1) -> torch.
     if start == 0:
         return x
     after = count + start
-    return torch.cat([x.narrow(dim, count, start), x.narrow(dim, 0, count), x.narrow(dim, after, x.shape[dim] - after)],
-                     dim=dim)
+    return _pieces_joined(x, ((count, start), (0, count), (after, x.shape[dim] - after)), dim)
+
+
+def _pieces_joined(x: torch.Tensor, pieces, dim: int) -> torch.Tensor:
+    """A contiguous copy of ``x`` whose axis ``dim`` holds its (start, length) ``pieces`` in
+    turn, one strided copy per piece. ``torch.cat`` of pieces that are not contiguous
+    themselves (a token range of a heads-first tensor) took 2.7 times as long: 6.61 against
+    2.45 ms for HunyuanVideo 720p's q, k and v on the H200 (NOTES #40)."""
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    at = 0
+    for start, length in pieces:
+        out.narrow(dim, at, length).copy_(x.narrow(dim, start, length))
+        at += length
+    return out

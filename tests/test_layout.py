@@ -127,13 +127,17 @@ def test_wrong_length_names_both_numbers():
 
 
 @pytest.mark.parametrize("dim", [1, 2])
-def test_tokens_to_front_and_back(dim):
+@pytest.mark.parametrize("start, count", [(3, 5), (3, 7)])  # (3, 7): the video runs to the end, as in 0.33
+@pytest.mark.parametrize("strided", [False, True])
+def test_tokens_to_front_and_back(dim, start, count, strided):
     from kernels.layout import tokens_back, tokens_to_front
 
     x = torch.arange(2 * 3 * 10 * 4).reshape(2, 3, 10, 4).movedim(2, dim).contiguous()  # 10 tokens on dim
-    front = tokens_to_front(x, 3, 5, dim=dim)
-    order = [3, 4, 5, 6, 7, 0, 1, 2, 8, 9]
+    if strided:  # a view whose pieces are not contiguous (v as a slice of a fused projection)
+        x = torch.cat([x, -x], dim=-1)[..., ::2]
+    front = tokens_to_front(x, start, count, dim=dim)
+    order = list(range(start, start + count)) + list(range(start)) + list(range(start + count, 10))
     assert torch.equal(front, x.index_select(dim, torch.tensor(order)))
-    assert torch.equal(tokens_back(front, 3, 5, dim=dim), x)
+    assert torch.equal(tokens_back(front, start, count, dim=dim), x)
     assert front.is_contiguous()
     assert tokens_to_front(x, 0, 5, dim=dim) is x and tokens_back(x, 0, 5, dim=dim) is x
