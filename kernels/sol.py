@@ -4,11 +4,11 @@ Per group of heads: pool the blocks (``sol_router.pool_blocks``), compute the th
 (``sol_routing.block_thresholds``), route (``sol_router.route``: a compact block mask and
 its bitmap), then the engine (``block_sparse``) writes those heads of the output in place,
 pooled term first (on Hopper one launch per head where a head's K and V exceed the L2 cache:
-``hopper_loop.ws_block_sparse_attention``). Heads run in groups so that the per-call scratch (pooled means, bitmaps,
-and the id lists of the portable loop or the pair streams of the Hopper loop:
-``sol_router.scratch_bytes_per_head``) stays within ``SCRATCH_SHARE`` of the output's size;
-no step reads anything back to the host, so the call never synchronises the device and can be
-captured in a CUDA graph.
+``hopper_loop.ws_block_sparse_attention``). Heads run in groups so that the per-call scratch
+(pooled means, bitmaps, and the id lists of the portable loop or the pair streams of the
+Hopper loop: ``sol_router.scratch_bytes_per_head``) stays within ``SCRATCH_SHARE`` of the
+output's size; no step reads anything back to the host, so the call never synchronises the
+device and can be captured in a CUDA graph.
 """
 from __future__ import annotations
 
