@@ -231,3 +231,17 @@ def test_per_head_streams_are_views_the_loop_reads_head_by_head():
     assert torch.equal(torch.cat([p.work for p in parts]), streams.work)
     with pytest.raises(ValueError, match="do not split into 2 heads"):
         streams.per_head(2)
+
+
+@pytest.mark.parametrize("l2, tokens, per_head", [
+    (50 * 2**20, 75600, False),   # H200, Wan 720p: 38.7 MB a head fits
+    (50 * 2**20, 131072, True),   # H200, 131K: 67.1 MB a head does not
+    (50 * 2**20, 119056, True),   # H200, HunyuanVideo 720p with its text: 61.0 MB
+    (126 * 2**20, 131072, False),  # a larger L2 holds it
+    (0, 131072, False),            # L2 unknown: one launch per group, as before
+])
+def test_launch_per_head_where_one_heads_kv_exceed_l2(monkeypatch, l2, tokens, per_head):
+    from kernels import hopper_loop
+
+    monkeypatch.setattr(hopper_loop, "l2_bytes", lambda device: l2)
+    assert hopper_loop.launch_per_head("cuda:0", tokens * 128 * 2 * 2) is per_head
