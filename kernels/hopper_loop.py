@@ -915,7 +915,11 @@ def _pool_descriptor(means, block_n):
 
 @functools.lru_cache(maxsize=16)
 def l2_bytes(device) -> int:
-    """The L2 cache of ``device`` in bytes (0 where torch does not say)."""
+    """The L2 cache of ``device`` in bytes (0 where torch does not say, or for a tensor off the
+    GPU: ``tools/compile_kernels.py`` runs the launches on the CPU)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return 0
     return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
 
 

@@ -62,14 +62,15 @@ RECOMMENDED = (
     Recommendation(
         models="HunyuanVideo 720p", method="psa", shipped_preset=True,
         settings={"warmup": 0.2, "dense_blocks": "0"},
-        measured="HunyuanVideo-13B forward 2.32–2.35× with the shipped 720p preset (70 % sparse); kernel: PSA "
+        measured="HunyuanVideo-13B forward 2.32–2.35× with the shipped 720p preset (70 % sparse; 2.35× in session "
+                 "14); kernel: PSA "
                  "6.3–6.5× at density 0.15 on the 768p grid",
         workflows=("hunyuan_video_t2v_720p_psa.json",)),
     Recommendation(
         models="HunyuanVideo 720p", method="sol_attn",
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
         remark="text tokens are kept exact",
-        measured="HunyuanVideo-13B forward 2.59× at 0.85 (3.02× at 0.90) with the default 3D tiles (session 10)"),
+        measured="HunyuanVideo-13B forward 2.65× at 0.85 (3.11× at 0.90) with the default 3D tiles (session 14)"),
     Recommendation(
         models="LTX-Video 0.9 / LTX-2", method="sol_attn",
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
