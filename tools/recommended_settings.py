@@ -62,9 +62,8 @@ RECOMMENDED = (
     Recommendation(
         models="HunyuanVideo 720p", method="psa", shipped_preset=True,
         settings={"warmup": 0.2, "dense_blocks": "0"},
-        measured="HunyuanVideo-13B forward 2.32–2.35× with the shipped 720p preset (70 % sparse; 2.35× in session "
-                 "14); kernel: PSA "
-                 "6.3–6.5× at density 0.15 on the 768p grid",
+        measured="HunyuanVideo-13B forward 2.32–2.35× with the shipped 720p preset (70 % sparse; 2.35× in "
+                 "session 14); kernel: PSA 6.3–6.5× at density 0.15 on the 768p grid",
         workflows=("hunyuan_video_t2v_720p_psa.json",)),
     Recommendation(
         models="HunyuanVideo 720p", method="sol_attn",
