@@ -1,4 +1,5 @@
-"""Kernel launches of one Sol and one PSA call, for Nsight Compute (hardware counters).
+"""Kernel launches of one Sol and one PSA call (and cuDNN's dense attention on the same
+inputs, as the reference for stall reasons and issue rates), for Nsight Compute.
 
 Two rounds compile and warm up; only the third, between ``cudaProfilerStart`` and ``Stop``,
 is meant to be profiled (``--profile-from-start off``):
@@ -9,7 +10,12 @@ is meant to be profiled (``--profile-from-start off``):
 
 ``--sol-launch`` forces how Sol's Hopper loop launches a head group (NOTES #39): ``per_head``
 or ``per_group`` (one launch for the group); ``auto`` is the shipped rule (per head where a
-head's K and V exceed the L2).
+head's K and V exceed the L2). Warp stall samples per SASS instruction, against cuDNN's kernel
+on the same inputs (NOTES #43; ``-k .`` and ``-c 3`` for cuDNN, whose kernel name varies):
+
+    ncu --profile-from-start off --clock-control none --set full --import-source no \
+        -k regex:_ws_block_sparse_kernel -c 1 -o sol python benchmarks/profile_kernels.py --methods sol
+    ncu -i sol.ncu-rep --page source --csv --print-source sass > sol_sass.csv
 """
 import argparse
 import os
@@ -20,10 +26,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
-from benchmarks.bench_kernels import SOL_SHAPES, psa_params_for_density, random_qkv  # noqa: E402
+from benchmarks.bench_kernels import SOL_SHAPES, cudnn_sdpa, psa_params_for_density, random_qkv  # noqa: E402
 
 PSA_TILE = (3, 8, 16)
 SOL_LAUNCHES = ("auto", "per_head", "per_group")
+METHODS = ("sol", "psa", "cudnn")
 
 
 def force_sol_launch(mode: str) -> None:
@@ -39,13 +46,13 @@ def force_sol_launch(mode: str) -> None:
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seq", type=int, default=75600, choices=sorted(SOL_SHAPES), help="tokens (their grid)")
-    ap.add_argument("--methods", default="sol,psa", help="comma separated: sol, psa")
+    ap.add_argument("--methods", default="sol,psa", help=f"comma separated, of {', '.join(METHODS)}")
     ap.add_argument("--density", type=float, default=0.15)
     ap.add_argument("--sol-launch", default="auto", choices=SOL_LAUNCHES)
     args = ap.parse_args(argv)
     args.methods = [m for m in args.methods.split(",") if m]
-    if not args.methods or any(m not in ("sol", "psa") for m in args.methods):
-        ap.error(f"--methods: sol and/or psa, comma separated, got {args.methods}")
+    if not args.methods or any(m not in METHODS for m in args.methods):
+        ap.error(f"--methods: of {', '.join(METHODS)}, comma separated, got {args.methods}")
     if not 0 < args.density <= 1:
         ap.error(f"--density: in (0, 1], got {args.density}")
     return args
@@ -65,6 +72,8 @@ def main(argv=None):
             kernels.sol_attention(q, k, v, beta=beta, grid=grid)
         if "psa" in args.methods:
             kernels.psa_attention(q, k, v, grid=grid, params=params, tile=PSA_TILE)
+        if "cudnn" in args.methods:
+            cudnn_sdpa(q, k, v)
 
     for _ in range(2):  # the first round compiles
         round_of_calls()

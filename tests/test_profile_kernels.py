@@ -8,6 +8,7 @@ from benchmarks import profile_kernels
 def test_arguments_and_their_errors():
     args = profile_kernels.parse_args(["--seq", "131072", "--methods", "sol", "--sol-launch", "per_group"])
     assert (args.seq, args.methods, args.sol_launch, args.density) == (131072, ["sol"], "per_group", 0.15)
+    assert profile_kernels.parse_args(["--methods", "sol,cudnn"]).methods == ["sol", "cudnn"]
     for bad in (["--methods", "flex"], ["--methods", ","], ["--density", "0"], ["--seq", "4096"],
                 ["--sol-launch", "sometimes"]):
         with pytest.raises(SystemExit):
