@@ -22,7 +22,9 @@ def q8(x, scale):  # quantise x / scale to e4m3 and back
 def amax(x, dims):
     return x.abs().amax(dim=dims, keepdim=True).clamp_min(1e-12) / 448
 
-def sol_ref(q, k, v, beta, grid, fp8):
+def sol_ref(q, k, v, beta, grid, fp8=()):
+    """Sol-Attn as the float32 reference computes it, with the pooled term's operands named in
+    ``fp8`` (of "q", "k", "v", "p") rounded to e4m3."""
     layout, forced, beta, scale = check_sol_call(q, k, v, beta=beta, estimator="exact", grid=grid, tile=None,
                                                  sinks=None, scale=None, for_kernel=False)
     B, L, H, D = q.shape
@@ -33,10 +35,11 @@ def sol_ref(q, k, v, beta, grid, fp8):
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))
     k_pool, v_pool = k_mean.float(), v_mean.float()
     q_pool_side = qf
-    if fp8:
+    if "k" in fp8:
         k_pool = q8(k_pool, amax(k_pool, (-1, -2)))
+    if "v" in fp8:
         v_pool = q8(v_pool, amax(v_pool, (-2,)))
-        # Q: one scale per (head, query block)
+    if "q" in fp8:  # one scale per (head, query block)
         qs = torch.zeros(B, H, layout.n_blocks, device=q.device).scatter_reduce_(
             2, blocks.expand(B, H, L), qf.abs().amax(-1), "amax", include_self=False) / 448
         q_pool_side = q8(qf, qs[:, :, blocks, None].clamp_min(1e-12))
@@ -55,29 +58,30 @@ def sol_ref(q, k, v, beta, grid, fp8):
         p = torch.exp(logits - m)
         l = p.sum(-1, keepdim=True)
         pp = p[..., L:]
-        if fp8:
+        if "p" in fp8:
             pp = q8(pp, torch.tensor(1 / 448))
         out[:, :, r0:r1] = (p[..., :L] @ vf + pp @ v_pool) / l
     return out.transpose(1, 2), selection.float().mean().item()
 
-grid = tuple(int(x) for x in sys.argv[1].split("x"))
-heads, seed, out_path = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-q, k, v, kinds = video_qkv(grid, heads, 128, seed=seed, device="cpu", dtype=torch.float32)
-rows = []
-t_start = time.time()
-dense = dense_attention(q, k, v)
-print("grid", grid, "heads", heads, "tokens", q.shape[1])
-for rho in (0.05, 0.10, 0.15, 0.20, 0.25):
-    beta = calibrated_beta(q, k, v, rho, {"grid": grid, "tile": None})
-    res = {}
-    for name, fp8 in (("f32", False), ("fp8", True)):
-        out, dens = sol_ref(q, k, v, beta, grid, fp8)
-        res[name] = aggregate(head_errors(out, dense), kinds)["overall"]
-    out0, _ = kernels.sol_attention_reference(q, k, v, beta=beta, grid=grid, correction=False, return_stats=True)
-    res["nocorr"] = aggregate(head_errors(out0, dense), kinds)["overall"]
-    print(f"ρ {rho:.2f} density {dens:.3f}: rel-L2 no-corr {res['nocorr']['rel_l2']:.5f}  f32 pooled {res['f32']['rel_l2']:.5f}  "
-          f"fp8 pooled {res['fp8']['rel_l2']:.5f}  (gain kept {(res['nocorr']['rel_l2']-res['fp8']['rel_l2'])/(res['nocorr']['rel_l2']-res['f32']['rel_l2']):.3f}); "
-          f"cos {res['f32']['mean_cos']:.5f} / {res['fp8']['mean_cos']:.5f}", flush=True)
-    rows.append({"target_density": rho, "density": dens, "beta": beta, **{name: res[name] for name in res}})
-json.dump({"command": "python " + " ".join(sys.argv), "grid": grid, "heads": heads, "seed": seed, "tokens": q.shape[1],
-           "rows": rows, "seconds": time.time() - t_start}, open(out_path, "w"), indent=1)
+if __name__ == "__main__":
+    grid = tuple(int(x) for x in sys.argv[1].split("x"))
+    heads, seed, out_path = int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+    q, k, v, kinds = video_qkv(grid, heads, 128, seed=seed, device="cpu", dtype=torch.float32)
+    rows = []
+    t_start = time.time()
+    dense = dense_attention(q, k, v)
+    print("grid", grid, "heads", heads, "tokens", q.shape[1])
+    for rho in (0.05, 0.10, 0.15, 0.20, 0.25):
+        beta = calibrated_beta(q, k, v, rho, {"grid": grid, "tile": None})
+        res = {}
+        for name, fp8 in (("f32", ()), ("fp8", ("q", "k", "v", "p"))):
+            out, dens = sol_ref(q, k, v, beta, grid, fp8)
+            res[name] = aggregate(head_errors(out, dense), kinds)["overall"]
+        out0, _ = kernels.sol_attention_reference(q, k, v, beta=beta, grid=grid, correction=False, return_stats=True)
+        res["nocorr"] = aggregate(head_errors(out0, dense), kinds)["overall"]
+        print(f"ρ {rho:.2f} density {dens:.3f}: rel-L2 no-corr {res['nocorr']['rel_l2']:.5f}  f32 pooled {res['f32']['rel_l2']:.5f}  "
+              f"fp8 pooled {res['fp8']['rel_l2']:.5f}  (gain kept {(res['nocorr']['rel_l2']-res['fp8']['rel_l2'])/(res['nocorr']['rel_l2']-res['f32']['rel_l2']):.3f}); "
+              f"cos {res['f32']['mean_cos']:.5f} / {res['fp8']['mean_cos']:.5f}", flush=True)
+        rows.append({"target_density": rho, "density": dens, "beta": beta, **{name: res[name] for name in res}})
+    json.dump({"command": "python " + " ".join(sys.argv), "grid": grid, "heads": heads, "seed": seed, "tokens": q.shape[1],
+               "rows": rows, "seconds": time.time() - t_start}, open(out_path, "w"), indent=1)
