@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
-# Session 17 call 7: call 6 at 75.6K (density 0.15). Call 5 counted main's loop at 131K in 135 M cycles under Nsight (launches
-# apart), 76 ms, where back to back (calls 1-4) it takes 87-89 ms; math (no copies) took the
-# same there and here. nvidia-smi (SM clock, power, every 20 ms) through the whole-call profile
-# of main, math and loads at 75.6K, gaussian inputs, 30 calls each.
+# Session 17 call 7: call 6 at 75.6K (density 0.15). nvidia-smi (SM clock, power, every
+# 20 ms) through the whole-call profile of main, math and loads, gaussian inputs, 30 calls each.
 export PYTHONUNBUFFERED=1
 R=/tmp/r; mkdir -p $R; export R
 pack() { tar czf $OUT/call7.tgz -C /tmp r; }
