@@ -32,7 +32,6 @@ from kernels.block_sparse import block_sparse_attention  # noqa: E402
 from kernels.launch_config import ARCHITECTURES  # noqa: E402
 from kernels.sol_reference import check_sol_call  # noqa: E402
 from kernels.sol_router import pool_blocks, pooled_term, route  # noqa: E402
-from kernels.sol_routing import block_thresholds  # noqa: E402
 
 
 OUT_PATH = None
@@ -168,8 +167,8 @@ def sol_pieces(q, k, v, beta, grid, tile):
 
     def routing():
         qm, km, vm = pool_blocks(q, k, v, layout, 0, H)
-        tau = block_thresholds(qm, km, beta_t, "exact", scale)
-        return route(qm, km, tau, forced, layout, scale=scale, keep_diagonal=False), pooled_term(km, vm, layout)
+        mask = route(qm, km, beta_t, forced, layout, estimator="exact", scale=scale, keep_diagonal=False)
+        return mask, pooled_term(km, vm, layout)
 
     return layout, routing, scale
 

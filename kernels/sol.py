@@ -1,8 +1,8 @@
 """Public Sol-Attn entry point (Triton). The float specification is ``sol_reference``.
 
-Per group of heads: pool the blocks (``sol_router.pool_blocks``), compute the thresholds
-(``sol_routing.block_thresholds``), route (``sol_router.route``: a compact block mask and
-its bitmap), then the engine (``block_sparse``) writes those heads of the output in place,
+Per group of heads: pool the blocks (``sol_router.pool_blocks``), route (``sol_router.route``:
+the thresholds, whose reference is ``sol_routing.block_thresholds``, then a compact block mask
+and its bitmap), then the engine (``block_sparse``) writes those heads of the output in place,
 pooled term first (on Hopper one launch per head where a head's K and V exceed the L2 cache:
 ``hopper_loop.ws_block_sparse_attention``). Heads run in groups so that the per-call scratch
 (pooled means, bitmaps, and the id lists of the portable loop or the pair streams of the
@@ -19,7 +19,6 @@ from .block_sparse import block_sparse_attention, uses_hopper_loop
 from .launch_config import config_for_device
 from .sol_reference import check_sol_call
 from .sol_router import pool_blocks, pooled_term, route, scratch_bytes_per_head
-from .sol_routing import block_thresholds
 
 # Scratch memory per call, as a share of the output (dense attention allocates the output
 # too): the benchmark's target is "peak extra memory <= dense + 5 %". Small calls may use
@@ -82,9 +81,9 @@ def _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, *, estimator, scale, 
                lists):
     """Heads h0 .. h1 of the output; returns their exact-block counts (B, h1 - h0, N, 2)."""
     q_mean, k_mean, v_mean = pool_blocks(q, k, v, layout, h0, h1 - h0)
-    tau = block_thresholds(q_mean, k_mean, beta[h0:h1], estimator, scale)
-    mask = route(q_mean, k_mean, tau, forced, layout, scale=scale, keep_diagonal=keep_diagonal, lists=lists)
-    del q_mean, tau
+    mask = route(q_mean, k_mean, beta[h0:h1], forced, layout, estimator=estimator, scale=scale,
+                 keep_diagonal=keep_diagonal, lists=lists)
+    del q_mean
     block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=h0, config=config,
                            pooled=pooled_term(k_mean, v_mean, layout) if correction else None)
     return mask.counts

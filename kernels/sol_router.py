@@ -1,20 +1,26 @@
 """Sol-Attn's per-call routing on the GPU: pooled block means, then a compact block mask.
 
-Two light kernels per group of heads, before the engine (``block_sparse``) runs:
+Light kernels per group of heads, before the engine (``block_sparse``) runs:
 
 1. ``_pool_kernel``: one program per (block, batch·head) reads the block's rows of q, k and v
    in place (slot map) and writes their means Q̄, K̄, V̄ (B, Hg, N, D) in float32; PyTorch
    rounds them to the input dtype (Triton's CPU interpreter truncates float32 to bfloat16
    instead of rounding, so the tests would see other means than the GPU).
 2. ``_route_kernel``: one program per ``ROUTE_ROWS`` query blocks of one (batch, head) walks the
-   pooled keys in chunks of 64: the tile ŝ = s·Q̄·K̄ᵀ is compared with τ (and the forced
-   columns, the ±1 neighbours with ``keep_diagonal``); the picked columns are appended to each
-   query block's id list (ascending, int16) and set in its bitmap (one int64 word per chunk,
-   read by the pooled term), and the counts of grid and extra blocks are written.
+   pooled keys twice in chunks of 64. The first pass computes its rows' thresholds τ
+   (``_row_thresholds``; the float reference is ``sol_routing.block_thresholds``); the second
+   compares the tile ŝ = s·Q̄·K̄ᵀ with τ (and the forced columns, the ±1 neighbours with
+   ``keep_diagonal``), appends the picked columns to each query block's id list (ascending,
+   int16), sets them in its bitmap (one int64 word per chunk, read by the pooled term) and
+   writes the counts of grid and extra blocks. Every program of a head recomputes the head's
+   statistics: that costs less than the dozen small launches of a separate pass.
+3. ``_heaviest_first_kernel``: the launch order of the engine's programs, each head's heaviest
+   first by their exact-block counts (``work_by_count``, ``pair_work``).
 
-τ itself (``sol_routing.block_thresholds``, a few small GEMMs) runs in PyTorch between the
-two. On Hopper a third, ``_pair_steps_kernel``, merges the bitmaps of two neighbouring query
+On Hopper a fourth, ``_pair_steps_kernel``, merges the bitmaps of two neighbouring query
 blocks into one stream of 128-key steps for the warp-specialised loop (``pair_streams``).
+At 75,600 tokens and 40 heads they take 1.5 ms of a 50 ms call on the H200, in 5 launches
+per group (``benchmarks/results/sol_host_path_h200``).
 
 Lists have room for every block (``ids`` is (B, Hg, N, N); a call bound for the Hopper loop
 writes none, ``route(lists=False)``): nothing is ever dropped and no count is read back to the
@@ -37,7 +43,12 @@ from .tile_loop import dot_dtype_for, head_offset
 
 ROUTE_ROWS = 32   # query blocks per routing program (a dot operand: >= 16)
 ROUTE_CHUNK = 64  # pooled keys per routing step: one bitmap word
-PAIR_ROWS = 16    # pair streams per program of _pair_steps_kernel
+PAIR_ROWS = 8     # pair streams per program of _pair_steps_kernel (8: 0.39 ms at 75.6K, 16: 0.50)
+# Warps of a pooling program: its three column sums cross fewer warps (H200, 75.6K: 2 warps
+# 0.63 ms, 4 warps 0.89, 8 warps 1.62; benchmarks/results/sol_host_path_h200/call2).
+POOL_WARPS = 2
+ORDER_ROWS = 32   # programs ranked per program of _heaviest_first_kernel
+ORDER_CHUNK = 128  # programs compared per step of _heaviest_first_kernel
 
 
 @triton.jit
@@ -58,23 +69,79 @@ def _pool_kernel(
     rows = tl.maximum(rows, 0).to(tl.int64)[:, None]
     inv_len = 1.0 / tl.load(BLOCK_LEN + blk).to(tl.float32)
     out = (bh.to(tl.int64) * num_blocks + blk) * HEAD_DIM + offs_d
-    x = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows * stride_qn + offs_d[None, :], mask=ok,
-                other=0.0)
-    tl.store(Q_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
-    x = tl.load(K + head_offset(b, h, stride_kb, stride_kh) + rows * stride_kn + offs_d[None, :], mask=ok,
-                other=0.0)
-    tl.store(K_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
-    x = tl.load(V + head_offset(b, h, stride_vb, stride_vh) + rows * stride_vn + offs_d[None, :], mask=ok,
-                other=0.0)
-    tl.store(V_MEAN + out, tl.sum(x.to(tl.float32), 0) * inv_len)
+    # All three loads before the first store: a store may alias a later load, so the compiler
+    # would not move a load above it.
+    xq = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows * stride_qn + offs_d[None, :], mask=ok,
+                 other=0.0)
+    xk = tl.load(K + head_offset(b, h, stride_kb, stride_kh) + rows * stride_kn + offs_d[None, :], mask=ok,
+                 other=0.0)
+    xv = tl.load(V + head_offset(b, h, stride_vb, stride_vh) + rows * stride_vn + offs_d[None, :], mask=ok,
+                 other=0.0)
+    tl.store(Q_MEAN + out, tl.sum(xq.to(tl.float32), 0) * inv_len)
+    tl.store(K_MEAN + out, tl.sum(xk.to(tl.float32), 0) * inv_len)
+    tl.store(V_MEAN + out, tl.sum(xv.to(tl.float32), 0) * inv_len)
+
+
+@triton.jit
+def _row_thresholds(qm, K_MEAN, base, beta, num_blocks, sm_scale, offs_c, offs_d,
+                    ROWS: tl.constexpr, CHUNK: tl.constexpr, HEAD_DIM: tl.constexpr, EXACT: tl.constexpr,
+                    DOT_DTYPE: tl.constexpr):
+    """τ (ROWS,) of the query blocks whose rounded means are ``qm``: ``sol_routing.block_thresholds``
+    (its float reference) in one pass over the pooled keys, whose per-chunk means and squared
+    deviations merge as in Chan et al.'s parallel variance (no cancellation when |μ| >> σ).
+    Exact estimator: μ and σ² are the mean and variance of each row's proxy scores (the same
+    tiles the routing pass compares); diagonal: of each key dimension, weighed by Q̄²."""
+    n_seen = tl.zeros([], dtype=tl.float32)
+    if EXACT:
+        mean = tl.zeros([ROWS], dtype=tl.float32)
+        m2 = tl.zeros([ROWS], dtype=tl.float32)
+        for c0 in range(0, num_blocks, CHUNK):
+            cols = c0 + offs_c
+            col_ok = cols < num_blocks
+            km = tl.load(K_MEAN + (base + cols[:, None]) * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None],
+                         other=0.0)
+            proxy = tl.dot(qm, tl.trans(km.to(DOT_DTYPE))) * sm_scale
+            n_c = tl.minimum(num_blocks - c0, CHUNK).to(tl.float32)
+            c_mean = tl.sum(tl.where(col_ok[None, :], proxy, 0.0), 1) / n_c
+            dev = tl.where(col_ok[None, :], proxy - c_mean[:, None], 0.0)
+            delta = c_mean - mean
+            total = n_seen + n_c
+            mean += delta * (n_c / total)
+            m2 += tl.sum(dev * dev, 1) + delta * delta * (n_seen * n_c / total)
+            n_seen = total
+        mu = mean
+        var = m2 / num_blocks
+    else:
+        col_mean = tl.zeros([HEAD_DIM], dtype=tl.float32)
+        col_m2 = tl.zeros([HEAD_DIM], dtype=tl.float32)
+        for c0 in range(0, num_blocks, CHUNK):
+            cols = c0 + offs_c
+            col_ok = cols < num_blocks
+            km = tl.load(K_MEAN + (base + cols[:, None]) * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None],
+                         other=0.0).to(tl.float32)
+            n_c = tl.minimum(num_blocks - c0, CHUNK).to(tl.float32)
+            c_mean = tl.sum(km, 0) / n_c
+            dev = tl.where(col_ok[:, None], km - c_mean[None, :], 0.0)
+            delta = c_mean - col_mean
+            total = n_seen + n_c
+            col_mean += delta * (n_c / total)
+            col_m2 += tl.sum(dev * dev, 0) + delta * delta * (n_seen * n_c / total)
+            n_seen = total
+        qf = qm.to(tl.float32)
+        mu = sm_scale * tl.sum(qf * col_mean[None, :], 1)
+        var = sm_scale * sm_scale * tl.sum(qf * qf * (col_m2 / num_blocks)[None, :], 1)
+    # A single block is always exact; β = ±inf selects every / no block whatever σ is (NaN too).
+    beta = tl.where(num_blocks == 1, float("-inf"), beta)
+    unbounded = (beta == float("inf")) | (beta == float("-inf"))
+    return tl.where(unbounded, beta, mu + tl.where(unbounded, 0.0, beta) * tl.sqrt(var))
 
 
 @triton.jit
 def _route_kernel(
-    Q_MEAN, K_MEAN, TAU, FORCED, COUNTS, IDS, BITS,
-    num_blocks, n_grid_blocks, bits_stride, sm_scale,
-    HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr, KEEP_DIAGONAL: tl.constexpr,
-    LISTS: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    Q_MEAN, K_MEAN, BETA, FORCED, COUNTS, IDS, BITS,
+    num_blocks, n_grid_blocks, group_heads, bits_stride, sm_scale,
+    HEAD_DIM: tl.constexpr, ROWS: tl.constexpr, CHUNK: tl.constexpr, EXACT_ESTIMATOR: tl.constexpr,
+    KEEP_DIAGONAL: tl.constexpr, LISTS: tl.constexpr, DOT_DTYPE: tl.constexpr,
 ):
     bh = tl.program_id(1).to(tl.int64)
     qrows = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
@@ -84,7 +151,10 @@ def _route_kernel(
     base = bh * num_blocks
     qm = tl.load(Q_MEAN + (base + qrows[:, None]) * HEAD_DIM + offs_d[None, :], mask=row_ok[:, None], other=0.0)
     qm = qm.to(DOT_DTYPE)
-    tau = tl.load(TAU + base + qrows, mask=row_ok, other=float("inf"))
+    beta = tl.load(BETA + bh % group_heads)
+    tau = _row_thresholds(qm, K_MEAN, base, beta, num_blocks, sm_scale, offs_c, offs_d,
+                          ROWS, CHUNK, HEAD_DIM, EXACT_ESTIMATOR, DOT_DTYPE)
+    tau = tl.where(row_ok, tau, float("inf"))
     list_rows = (base + qrows).to(tl.int64)
     n_picked = tl.zeros([ROWS], dtype=tl.int32)
     n_extra = tl.zeros([ROWS], dtype=tl.int32)
@@ -193,11 +263,62 @@ def _pair_steps_kernel(
     tl.store(COUNTS + (b * n_pairs + pairs) * 2 + 1, tl.zeros([ROWS], dtype=tl.int32), mask=pair_ok)
 
 
+@triton.jit
+def _summed_loads(COUNTS, items, counts_batch_stride, head_row, batch):
+    """Exact blocks of each item (block id within the head; < 0: none), grid and extra blocks,
+    summed over the batch."""
+    ok = items >= 0
+    load = tl.zeros(items.shape, dtype=tl.int32)
+    for b in range(batch):
+        at = COUNTS + b * counts_batch_stride + (head_row + items) * 2
+        load += tl.load(at, mask=ok, other=0) + tl.load(at + 1, mask=ok, other=0)
+    return load
+
+
+@triton.jit
+def _program_cost(COUNTS, PARTNERS, programs, n_programs, counts_batch_stride, head_row, batch):
+    ok = programs < n_programs
+    first = tl.load(PARTNERS + programs * 2, mask=ok, other=-1).to(tl.int32)
+    second = tl.load(PARTNERS + programs * 2 + 1, mask=ok, other=-1).to(tl.int32)
+    cost = (_summed_loads(COUNTS, first, counts_batch_stride, head_row, batch)
+            + _summed_loads(COUNTS, second, counts_batch_stride, head_row, batch))
+    return first, second, cost, ok
+
+
+@triton.jit
+def _heaviest_first_kernel(
+    COUNTS, PARTNERS, WORK, n_programs, num_blocks, batch, counts_batch_stride,
+    ROWS: tl.constexpr, CHUNK: tl.constexpr, PAIRED: tl.constexpr,
+):
+    # A stable descending sort of each head's programs by cost, as ranks: a program's place is
+    # the number of programs that cost more, or as much and come before it. One launch in
+    # place of PyTorch's dozen (sums, gathers, a segmented sort, index arithmetic).
+    h = tl.program_id(1)
+    head_row = h * num_blocks
+    mine = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
+    first, second, cost, ok = _program_cost(COUNTS, PARTNERS, mine, n_programs, counts_batch_stride, head_row,
+                                            batch)
+    rank = tl.zeros([ROWS], dtype=tl.int32)
+    for j0 in range(0, n_programs, CHUNK):
+        other = j0 + tl.arange(0, CHUNK)
+        _, _, other_cost, other_ok = _program_cost(COUNTS, PARTNERS, other, n_programs, counts_batch_stride,
+                                                   head_row, batch)
+        ahead = ((other_cost[None, :] > cost[:, None])
+                 | ((other_cost[None, :] == cost[:, None]) & (other[None, :] < mine[:, None])))
+        rank += tl.sum((ahead & other_ok[None, :]).to(tl.int32), 1)
+    place = h * n_programs + rank
+    if PAIRED:
+        tl.store(WORK + place * 2, tl.where(first >= 0, first + head_row, -1), mask=ok)
+        tl.store(WORK + place * 2 + 1, tl.where(second >= 0, second + head_row, -1), mask=ok)
+    else:
+        tl.store(WORK + place, first + head_row, mask=ok)
+
+
 def pool_blocks(q, k, v, layout: BlockLayout, head_base: int, group_heads: int):
     """(Q̄, K̄, V̄), each (B, Hg, N, D) in the input dtype, for heads head_base .. + Hg."""
     B, _, _, D = q.shape
     n = layout.n_blocks
-    means = [torch.empty((B, group_heads, n, D), device=q.device, dtype=torch.float32) for _ in range(3)]
+    means = torch.empty((3, B, group_heads, n, D), device=q.device, dtype=torch.float32)
     with device_guard(q):
         _pool_kernel[(n, B * group_heads)](
             Q=q, K=k, V=v, Q_MEAN=means[0], K_MEAN=means[1], V_MEAN=means[2],
@@ -207,13 +328,9 @@ def pool_blocks(q, k, v, layout: BlockLayout, head_base: int, group_heads: int):
             stride_vb=v.stride(0), stride_vn=v.stride(1), stride_vh=v.stride(2),
             head_base=head_base, group_heads=group_heads, num_blocks=n,
             HEAD_DIM=D, BLOCK_TOKENS=layout.block_tokens, SLOTS=triton.next_power_of_2(layout.block_tokens),
+            num_warps=POOL_WARPS,
         )
-    return [m.to(q.dtype) for m in means]
-
-
-@functools.lru_cache(maxsize=64)
-def _head_offsets(group_heads: int, num_blocks: int, device_str: str) -> torch.Tensor:
-    return torch.arange(0, group_heads * num_blocks, num_blocks, device=device_str)[:, None]
+    return means.to(q.dtype).unbind(0)  # one rounding launch for the three
 
 
 def work_by_count(counts: torch.Tensor) -> torch.Tensor:
@@ -221,10 +338,30 @@ def work_by_count(counts: torch.Tensor) -> torch.Tensor:
     by head, each head's query blocks heaviest first (summed over the batch): the portable
     loop's order, which runs the longest tiles first (3-7 % faster than block order, NOTES
     #27; the Hopper loop runs ``pair_work``'s). On the device, without a host sync."""
+    return _heaviest_first(counts, _single_blocks(counts.shape[2], str(counts.device)), paired=False)
+
+
+@functools.lru_cache(maxsize=64)
+def _single_blocks(num_blocks: int, device_str: str) -> torch.Tensor:
+    """(N, 2) partners of ``work_by_count``: every block alone."""
+    blocks = torch.arange(num_blocks)
+    return torch.stack([blocks, torch.full_like(blocks, -1)], -1).to(device_str)
+
+
+def _heaviest_first(counts: torch.Tensor, partners: torch.Tensor, *, paired: bool) -> torch.Tensor:
+    """int32 (Hg·P·2,) or, unpaired, (Hg·P,): each head's programs (``partners``, (P, 2) query
+    blocks, -1 for none) heaviest first by their blocks' counts (B, Hg, N, 2) summed over the
+    batch, ties in program order; entries head · N + query block."""
+    counts = counts.contiguous()
     B, Hg, n, _ = counts.shape
-    load = counts.sum(-1).sum(0)
-    order = torch.argsort(load, dim=-1, descending=True, stable=True)
-    return (order + _head_offsets(Hg, n, str(counts.device))).reshape(-1).to(torch.int32)
+    P = partners.shape[0]
+    work = torch.empty(Hg * P * (2 if paired else 1), device=counts.device, dtype=torch.int32)
+    with device_guard(counts):
+        _heaviest_first_kernel[(triton.cdiv(P, ORDER_ROWS), Hg)](
+            COUNTS=counts, PARTNERS=partners, WORK=work, n_programs=P, num_blocks=n, batch=B,
+            counts_batch_stride=counts.stride(0), ROWS=ORDER_ROWS, CHUNK=ORDER_CHUNK, PAIRED=paired,
+        )
+    return work
 
 
 @dataclass(frozen=True)
@@ -286,15 +423,7 @@ def pair_work(counts: torch.Tensor, layout: BlockLayout) -> torch.Tensor:
     """``PairStreams.work`` of a routed mask's ``counts`` (B, Hg, N, 2): head by head, each head's
     pairs heaviest first by their items' blocks (summed over the batch), so a program's SM
     time follows its work (as ``work_by_count``). On the device, without a host sync."""
-    B, Hg, n, _ = counts.shape
-    partners = pair_partners(layout)
-    load = counts.sum(-1).sum(0)
-    first, second = partners[:, 0], partners[:, 1]
-    cost = load[:, first] + torch.where(second >= 0, load[:, second.clamp_min(0)], 0)
-    order = torch.argsort(cost, dim=-1, descending=True, stable=True)
-    chosen = partners[order]  # (Hg, P, 2)
-    heads = _head_offsets(Hg, n, str(counts.device))[..., None]
-    return torch.where(chosen >= 0, chosen + heads, -1).reshape(-1).to(torch.int32)
+    return _heaviest_first(counts, pair_partners(layout), paired=True)
 
 
 def _entry_dtype(n_blocks: int) -> torch.dtype:
@@ -325,12 +454,14 @@ def _log2_lengths(layout: BlockLayout) -> torch.Tensor:
     return layout.lengths.float().log2()
 
 
-def route(q_mean, k_mean, tau, forced, layout: BlockLayout, *, scale: float, keep_diagonal: bool,
+def route(q_mean, k_mean, beta, forced, layout: BlockLayout, *, estimator: str, scale: float, keep_diagonal: bool,
           lists: bool = True) -> BlockMask:
-    """The block mask (with its bitmap) of a group: ``q_mean``/``k_mean`` (B, Hg, N, D),
-    ``tau`` float32 (B, Hg, N), ``forced`` bool (N,). Without ``lists`` the kernel writes the
-    counts and the bitmap only: the Hopper loop's pair streams are made from the bitmap, and
-    the id lists (N² per head, most of a call's scratch) would let fewer heads share a launch."""
+    """The block mask (with its bitmap) of a group: ``q_mean``/``k_mean`` (B, Hg, N, D), ``beta``
+    float32 (Hg,), ``forced`` bool (N,). The kernel computes τ itself (its reference:
+    ``sol_routing.block_thresholds``).
+    Without ``lists`` it writes the counts and the bitmap only: the Hopper loop's pair streams
+    are made from the bitmap, and the id lists (N² per head, most of a call's scratch) would let
+    fewer heads share a launch."""
     B, Hg, n, D = q_mean.shape
     dev = q_mean.device
     counts = torch.empty((B, Hg, n, 2), device=dev, dtype=torch.int32)
@@ -338,11 +469,12 @@ def route(q_mean, k_mean, tau, forced, layout: BlockLayout, *, scale: float, kee
     bits = torch.empty((B, Hg, n, -(-n // ROUTE_CHUNK)), device=dev, dtype=torch.int64)
     with device_guard(q_mean):
         _route_kernel[(triton.cdiv(n, ROUTE_ROWS), B * Hg)](
-            Q_MEAN=q_mean, K_MEAN=k_mean, TAU=tau.contiguous(), FORCED=forced.to(torch.int8),
+            Q_MEAN=q_mean, K_MEAN=k_mean, BETA=beta, FORCED=forced.view(torch.int8),
             COUNTS=counts, IDS=ids, BITS=bits,
-            num_blocks=n, n_grid_blocks=layout.n_grid_blocks, bits_stride=bits.shape[-1], sm_scale=scale,
-            HEAD_DIM=D, ROWS=ROUTE_ROWS, CHUNK=ROUTE_CHUNK, KEEP_DIAGONAL=bool(keep_diagonal), LISTS=lists,
-            DOT_DTYPE=dot_dtype_for(q_mean.dtype),
+            num_blocks=n, n_grid_blocks=layout.n_grid_blocks, group_heads=Hg,
+            bits_stride=bits.shape[-1], sm_scale=scale,
+            HEAD_DIM=D, ROWS=ROUTE_ROWS, CHUNK=ROUTE_CHUNK, EXACT_ESTIMATOR=estimator == "exact",
+            KEEP_DIAGONAL=bool(keep_diagonal), LISTS=lists, DOT_DTYPE=dot_dtype_for(q_mean.dtype),
         )
     work = work_by_count(counts) if lists else torch.empty(0, device=dev, dtype=torch.int32)
     return BlockMask(layout, counts, ids, work, block_m=layout.block_tokens, routed_bits=bits)
@@ -355,12 +487,12 @@ def pooled_term(k_mean, v_mean, layout: BlockLayout) -> PooledBlocks:
 def scratch_bytes_per_head(batch: int, layout: BlockLayout, head_dim: int, itemsize: int, *, lists: bool) -> int:
     """Device memory one head of one call needs besides its output, at its peak: while pooling,
     the float32 means and their rounded copies; while routing and in the loop, the rounded
-    means, τ, counts, the bitmap, and the id lists (``lists``: the portable loop) or the Hopper
+    means, counts, the bitmap, and the id lists (``lists``: the portable loop) or the Hopper
     loop's pair streams."""
     n = layout.n_blocks
     means = 3 * n * head_dim * itemsize
     pooling = means + 3 * n * head_dim * 4
     streams = 8 * n + (n + 1) // 2 * (n + 4) * _entry_dtype(n).itemsize
-    routing = (means + 12 * n + 8 * n * math.ceil(n / ROUTE_CHUNK)
+    routing = (means + 8 * n + 8 * n * math.ceil(n / ROUTE_CHUNK)
                + (id_dtype(n).itemsize * n * n if lists else streams))
     return batch * max(pooling, routing)

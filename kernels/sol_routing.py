@@ -112,7 +112,9 @@ def exact_blocks(proxy: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 
 def block_thresholds(q_mean, k_mean, beta: torch.Tensor, estimator: str, scale: float) -> torch.Tensor:
-    """τ (B, H, N) float32 from the block means (B, H, N, D) (any float dtype); beta float32 (H,)."""
+    """τ (B, H, N) float32 from the block means (B, H, N, D) (any float dtype); beta float32 (H,).
+    The float reference of the router kernel's own thresholds (``sol_router._row_thresholds``),
+    which agree with it up to rounding."""
     q_mean, k_mean = q_mean.float(), k_mean.float()
     m = k_mean.mean(dim=2)  # (B, H, D)
     centered = k_mean - m[:, :, None, :]

@@ -362,7 +362,7 @@ def test_every_launch_runs_on_the_inputs_device(monkeypatch):
     q, k, v = qkv(1, 130, 1, 64, torch.float16, seed=4)
     kernels.sol_attention(q, k, v, beta=1.0)
     kernels.psa_attention(q, k, v, grid=(2, 5, 13), params=[[1, 0, 0, 1, 0, 0]], tile=(1, 4, 4))
-    assert len(seen) == 4 and all(d == q.device for d in seen)  # pool, route, engine; engine
+    assert len(seen) == 5 and all(d == q.device for d in seen)  # pool, route, work order, engine; engine
     assert type(real(q)).__name__ == "nullcontext"
     if not torch.cuda.is_available():
         import types
@@ -447,3 +447,31 @@ def test_routed_work_runs_each_heads_blocks_heaviest_first():
     work = work_by_count(counts)
     assert work.dtype == torch.int32
     assert work.tolist() == [1, 2, 0, 5, 3, 4]  # loads: head 0 (3, 10, 5), head 1 (3, 1, 7)
+
+
+@pytest.mark.parametrize("estimator", ["exact", "diag"])
+@pytest.mark.parametrize("dtype,offset", [(torch.bfloat16, 0.0), (torch.float16, 0.0), (torch.bfloat16, 6.0)])
+def test_router_thresholds_are_block_thresholds(estimator, dtype, offset):
+    """The router's own τ (one pass over the pooled keys per program, chunk statistics merged)
+    routes as ``sol_routing.block_thresholds`` does: over several programs per head, a ragged
+    last chunk, per-head β, and means sharing a large offset (|μ| >> σ, where a plain sum of
+    squares would cancel). Only pairs within a rounding slack of τ may differ."""
+    from kernels.sol_router import route
+    from kernels.sol_routing import block_thresholds, forced_key_blocks, row_major_layout
+
+    n, D, B, H, scale = 150, 64, 2, 3, 0.125
+    layout = row_major_layout(n * 64)
+    g = torch.Generator().manual_seed(17)
+    q_mean = (torch.randn(B, H, n, D, generator=g) + offset).to(dtype)
+    k_mean = (torch.randn(B, H, n, D, generator=g) * 0.3 + offset).to(dtype)
+    beta = torch.tensor([-0.5, 0.9, 2.0])
+    mask = route(q_mean, k_mean, beta, forced_key_blocks(layout, []), layout, estimator=estimator, scale=scale,
+                 keep_diagonal=False)
+    tau = block_thresholds(q_mean, k_mean, beta, estimator, scale)
+    proxy = scale * (q_mean.float() @ k_mean.float().transpose(-1, -2))
+    slack = 1e-5 * proxy.abs().amax(-1, keepdim=True)
+    decided = (proxy - tau[..., None]).abs() > slack
+    assert decided.float().mean() > 0.99
+    got, want = mask.to_dense(), proxy > tau[..., None]
+    assert torch.equal(got[decided], want[decided])
+    assert 0.01 < want.float().mean() < 0.9

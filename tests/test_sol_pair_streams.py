@@ -8,19 +8,20 @@ import torch
 from kernels.block_mask import block_layout, row_major_layout
 from kernels.block_sparse import block_sparse_attention
 from kernels.sol import head_groups
-from kernels.sol_router import pair_partners, pair_streams, pair_work, route, scratch_bytes_per_head
-from kernels.sol_routing import forced_key_blocks
+from kernels.sol_router import (ORDER_CHUNK, ORDER_ROWS, pair_partners, pair_streams, pair_work, route,
+                                scratch_bytes_per_head, work_by_count)
+from kernels.sol_routing import beta_for_density, forced_key_blocks
 
 
 def routed_mask(layout, batch, heads, density, seed, lists=True):
     g = torch.Generator().manual_seed(seed)
     q_mean = torch.randn(batch, heads, layout.n_blocks, 16, generator=g)
     k_mean = torch.randn(batch, heads, layout.n_blocks, 16, generator=g)
-    # τ at a quantile of each row's proxy scores: about ``density`` of the blocks routed.
-    proxy = q_mean @ k_mean.transpose(-1, -2) * 0.25
-    tau = proxy.quantile(1 - density, dim=-1)
+    # Gaussian proxy scores: β of the density routes about ``density`` of the blocks.
+    beta = torch.full((heads,), beta_for_density(density))
     forced = forced_key_blocks(layout, [])
-    return route(q_mean, k_mean, tau, forced, layout, scale=0.25, keep_diagonal=False, lists=lists)
+    return route(q_mean, k_mean, beta, forced, layout, estimator="exact", scale=0.25, keep_diagonal=False,
+                 lists=lists)
 
 
 def steps_reference(mask):
@@ -80,6 +81,26 @@ def test_pair_work_runs_each_heads_pairs_heaviest_first():
     work = pair_work(counts, lay)
     assert work.dtype == torch.int32
     assert work.tolist() == [2, 3, 0, 1, 4, 5, 6, 7]  # head 0 costs (1, 5), head 1 (8, 1)
+
+
+def test_heaviest_first_is_a_stable_sort_over_many_programs():
+    """More programs than one ranking program holds or compares per step (``ORDER_ROWS``,
+    ``ORDER_CHUNK``), batch 2 summed, many ties (kept in program order), odd blocks alone:
+    against PyTorch's stable argsort."""
+    lay = block_layout((9, 16, 320), (1, 8, 8), 130)  # 9 frames of 80 blocks, 3 extra blocks
+    g = torch.Generator().manual_seed(3)
+    counts = torch.randint(0, 4, (2, 3, lay.n_blocks, 2), generator=g, dtype=torch.int32)
+    partners = pair_partners(lay)
+    assert len(partners) > 2 * ORDER_CHUNK > ORDER_ROWS and (partners[:, 1] < 0).any()
+    load = counts.sum(-1).sum(0)
+    second = partners[:, 1]
+    cost = load[:, partners[:, 0]] + torch.where(second >= 0, load[:, second.clamp_min(0)], 0)
+    order = torch.argsort(cost, dim=-1, descending=True, stable=True)
+    heads = torch.arange(3)[:, None, None] * lay.n_blocks
+    want = torch.where(partners[order] >= 0, partners[order] + heads, -1).reshape(-1)
+    assert pair_work(counts, lay).tolist() == want.tolist()
+    singles = torch.argsort(load, dim=-1, descending=True, stable=True) + heads[..., 0]
+    assert work_by_count(counts).tolist() == singles.reshape(-1).tolist()
 
 
 @pytest.mark.parametrize("grid, tile, extra, batch, heads, density", [

@@ -153,18 +153,19 @@ PSA_CASES = [
     ("psa 30-token tiles", (4, 6, 10), (2, 3, 5), 0, torch.bfloat16, 128, "blhd"),
 ]
 
-# (name, L, grid, dtype, head dim, layout, keep_diagonal, correction)
+# (name, L, grid, dtype, head dim, layout, estimator, keep_diagonal, correction)
 SOL_CASES = [
     ("sol 3D tiles, padded grid, text sinks", 6 * 15 * 32 + 256, (6, 15, 32), torch.bfloat16, 128, "single_block",
-     False, True),
-    ("sol 3D tiles, fp16 d64", 4 * 16 * 16, (4, 16, 16), torch.float16, 64, "heads_first", True, True),
-    ("sol row-major, ragged tail", 4133, None, torch.bfloat16, 128, "blhd", False, True),
-    ("sol without the pooled term", 4096, (4, 32, 32), torch.bfloat16, 128, "blhd", False, False),
+     "exact", False, True),
+    ("sol 3D tiles, fp16 d64", 4 * 16 * 16, (4, 16, 16), torch.float16, 64, "heads_first", "diag", True, True),
+    ("sol row-major, ragged tail", 4133, None, torch.bfloat16, 128, "blhd", "diag", False, True),
+    ("sol without the pooled term", 4096, (4, 32, 32), torch.bfloat16, 128, "blhd", "exact", False, False),
 ]
 
 
 KERNELS = ((block_sparse, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
-           (sol_router, "_pool_kernel"), (sol_router, "_route_kernel"), (sol_router, "_pair_steps_kernel"))
+           (sol_router, "_pool_kernel"), (sol_router, "_route_kernel"), (sol_router, "_heaviest_first_kernel"),
+           (sol_router, "_pair_steps_kernel"))
 
 
 def capture_launches(config):
@@ -183,9 +184,10 @@ def capture_launches(config):
             launches += [(name, captured[n], *c) for n in captured for c in captured[n].calls]
             for c in captured.values():
                 c.calls.clear()
-        for name, L, grid, dtype, D, layout, diag, corr in SOL_CASES:
+        for name, L, grid, dtype, D, layout, estimator, diag, corr in SOL_CASES:
             q, k, v = qkv(1, L, 2, D, dtype, layout)
-            kernels.sol_attention(q, k, v, beta=1.0, grid=grid, keep_diagonal=diag, correction=corr, config=config)
+            kernels.sol_attention(q, k, v, beta=1.0, grid=grid, estimator=estimator, keep_diagonal=diag,
+                                  correction=corr, config=config)
             launches += [(name, captured[n], *c) for n in captured for c in captured[n].calls]
             for c in captured.values():
                 c.calls.clear()
