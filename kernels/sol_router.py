@@ -83,53 +83,61 @@ def _pool_kernel(
 
 
 @triton.jit
+def _key_chunk(K_MEAN, base, c0, offs_c, offs_d, num_blocks, HEAD_DIM: tl.constexpr):
+    """Pooled keys c0 .. c0 + CHUNK of one (batch, head) (``base`` = its first row): their ids,
+    which exist, and the (CHUNK, D) tile (0 past the last block). Both router passes walk these."""
+    cols = c0 + offs_c
+    col_ok = cols < num_blocks
+    km = tl.load(K_MEAN + (base + cols[:, None]) * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+    return cols, col_ok, km
+
+
+@triton.jit
+def _merge_chunk(mean, m2, n_seen, values, ok, n_chunk, AXIS: tl.constexpr):
+    """Chan et al.'s parallel variance: the running mean and sum of squared deviations along
+    ``AXIS`` (``n_seen`` values so far) merged with a chunk of ``n_chunk`` values where ``ok``
+    (``values`` must be 0 elsewhere). No cancellation when |mean| >> spread, as a plain sum of
+    squares would have."""
+    c_mean = tl.sum(values, AXIS) / n_chunk
+    dev = tl.where(ok, values - tl.expand_dims(c_mean, AXIS), 0.0)
+    delta = c_mean - mean
+    total = n_seen + n_chunk
+    m2 = m2 + tl.sum(dev * dev, AXIS) + delta * delta * (n_seen * n_chunk / total)
+    return mean + delta * (n_chunk / total), m2, total
+
+
+@triton.jit
 def _row_thresholds(qm, K_MEAN, base, beta, num_blocks, sm_scale, offs_c, offs_d,
                     ROWS: tl.constexpr, CHUNK: tl.constexpr, HEAD_DIM: tl.constexpr, EXACT: tl.constexpr,
                     DOT_DTYPE: tl.constexpr):
     """τ (ROWS,) of the query blocks whose rounded means are ``qm``: ``sol_routing.block_thresholds``
-    (its float reference) in one pass over the pooled keys, whose per-chunk means and squared
-    deviations merge as in Chan et al.'s parallel variance (no cancellation when |μ| >> σ).
-    Exact estimator: μ and σ² are the mean and variance of each row's proxy scores (the same
-    tiles the routing pass compares); diagonal: of each key dimension, weighed by Q̄²."""
+    (its float reference) in one pass over the pooled keys, chunk statistics merged by
+    ``_merge_chunk``. Exact estimator: μ and σ² are the mean and variance of each row's proxy
+    scores (the same tiles the routing pass compares); diagonal: of each key dimension,
+    weighed by Q̄²."""
     n_seen = tl.zeros([], dtype=tl.float32)
     if EXACT:
         mean = tl.zeros([ROWS], dtype=tl.float32)
         m2 = tl.zeros([ROWS], dtype=tl.float32)
-        for c0 in range(0, num_blocks, CHUNK):
-            cols = c0 + offs_c
-            col_ok = cols < num_blocks
-            km = tl.load(K_MEAN + (base + cols[:, None]) * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None],
-                         other=0.0)
+    else:
+        mean = tl.zeros([HEAD_DIM], dtype=tl.float32)
+        m2 = tl.zeros([HEAD_DIM], dtype=tl.float32)
+    for c0 in range(0, num_blocks, CHUNK):
+        cols, col_ok, km = _key_chunk(K_MEAN, base, c0, offs_c, offs_d, num_blocks, HEAD_DIM)
+        n_chunk = tl.minimum(num_blocks - c0, CHUNK).to(tl.float32)
+        if EXACT:
             proxy = tl.dot(qm, tl.trans(km.to(DOT_DTYPE))) * sm_scale
-            n_c = tl.minimum(num_blocks - c0, CHUNK).to(tl.float32)
-            c_mean = tl.sum(tl.where(col_ok[None, :], proxy, 0.0), 1) / n_c
-            dev = tl.where(col_ok[None, :], proxy - c_mean[:, None], 0.0)
-            delta = c_mean - mean
-            total = n_seen + n_c
-            mean += delta * (n_c / total)
-            m2 += tl.sum(dev * dev, 1) + delta * delta * (n_seen * n_c / total)
-            n_seen = total
+            proxy = tl.where(col_ok[None, :], proxy, 0.0)
+            mean, m2, n_seen = _merge_chunk(mean, m2, n_seen, proxy, col_ok[None, :], n_chunk, 1)
+        else:
+            mean, m2, n_seen = _merge_chunk(mean, m2, n_seen, km.to(tl.float32), col_ok[:, None], n_chunk, 0)
+    if EXACT:
         mu = mean
         var = m2 / num_blocks
     else:
-        col_mean = tl.zeros([HEAD_DIM], dtype=tl.float32)
-        col_m2 = tl.zeros([HEAD_DIM], dtype=tl.float32)
-        for c0 in range(0, num_blocks, CHUNK):
-            cols = c0 + offs_c
-            col_ok = cols < num_blocks
-            km = tl.load(K_MEAN + (base + cols[:, None]) * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None],
-                         other=0.0).to(tl.float32)
-            n_c = tl.minimum(num_blocks - c0, CHUNK).to(tl.float32)
-            c_mean = tl.sum(km, 0) / n_c
-            dev = tl.where(col_ok[:, None], km - c_mean[None, :], 0.0)
-            delta = c_mean - col_mean
-            total = n_seen + n_c
-            col_mean += delta * (n_c / total)
-            col_m2 += tl.sum(dev * dev, 0) + delta * delta * (n_seen * n_c / total)
-            n_seen = total
         qf = qm.to(tl.float32)
-        mu = sm_scale * tl.sum(qf * col_mean[None, :], 1)
-        var = sm_scale * sm_scale * tl.sum(qf * qf * (col_m2 / num_blocks)[None, :], 1)
+        mu = sm_scale * tl.sum(qf * mean[None, :], 1)
+        var = sm_scale * sm_scale * tl.sum(qf * qf * (m2 / num_blocks)[None, :], 1)
     # A single block is always exact; β = ±inf selects every / no block whatever σ is (NaN too).
     beta = tl.where(num_blocks == 1, float("-inf"), beta)
     unbounded = (beta == float("inf")) | (beta == float("-inf"))
@@ -159,9 +167,7 @@ def _route_kernel(
     n_picked = tl.zeros([ROWS], dtype=tl.int32)
     n_extra = tl.zeros([ROWS], dtype=tl.int32)
     for c0 in range(0, num_blocks, CHUNK):
-        cols = c0 + offs_c
-        col_ok = cols < num_blocks
-        km = tl.load(K_MEAN + (base + cols[:, None]) * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        cols, col_ok, km = _key_chunk(K_MEAN, base, c0, offs_c, offs_d, num_blocks, HEAD_DIM)
         proxy = tl.dot(qm, tl.trans(km.to(DOT_DTYPE))) * sm_scale
         forced = tl.load(FORCED + cols, mask=col_ok, other=0) != 0
         # "not <=": a NaN proxy or threshold makes the block exact (sol_routing.exact_blocks).
