@@ -50,8 +50,8 @@ RECOMMENDED = (
     Recommendation(
         models="Wan 2.1 / 2.2 (t2v, i2v), 720p", method="sol_attn",
         settings={"target_sparsity": (0.85, 0.90), "warmup": 0.2, "dense_blocks": "0"},
-        measured="Wan2.1-14B forward 2.13× (0.85) / 2.39× (0.90) faster than cuDNN dense inside ComfyUI with "
-                 "the default 3D tiles (session 11), 2.16× / 2.41× with `sol_tile` off (session 5); kernel "
+        measured="Wan2.1-14B forward 2.13–2.14× (0.85) / 2.39× (0.90) faster than cuDNN dense inside ComfyUI with "
+                 "the default 3D tiles (sessions 11 and 19), 2.16× / 2.41× with `sol_tile` off (session 5); kernel "
                  "4.1× / 5.5× (3D tiles) at 75.6K tokens",
         workflows=("wan2.1_t2v_14B_720p_sol_attn.json", "wan2.2_i2v_A14B_two_stage_sol_attn.json")),
     Recommendation(
