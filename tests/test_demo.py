@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -55,8 +56,13 @@ def test_demo_prints_the_report(demo_run):
     for needle in (WORKFLOW[name], "tiny stand-ins under the official names",
                    "attention calls", "dense by reason, sparse run:", "achieved density",
                    "sampling (KSampler)", "whole prompt (wall)", "output vs dense: rel-L2",
-                   "the videos are noise by design: the stand-in models' weights are random"):
+                   "the videos are close to flat grey by design",
+                   "the stand-in models' weights are random"):
         assert needle in text, f"{needle!r} missing from the report:\n{text}"
+    # "close to flat grey" is measured: every video's pixel spread is small around mid-grey
+    spread = re.findall(r"(dense|sparse) mean (\d+), std ([0-9.]+)", text)
+    assert sorted(n for n, _, _ in spread) == ["dense", "sparse"], text
+    assert all(90 <= int(m) <= 165 and float(sd) < 12 for _, m, sd in spread), spread
     doc = json.loads((out / "report.json").read_text())
     dense, sparse = doc["run_summary"]["dense"], doc["run_summary"]["sparse"]
     assert dense["method"] == "dense"

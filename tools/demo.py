@@ -28,8 +28,8 @@ tiny), and the latent size and step count are scaled down. The shipped PSA prese
 the real model (40 blocks x 40 heads) and the 720p grid, so the PSA demo gives the stand-in a
 preset cut from it (its first blocks and heads, rescaled to the tiny grid:
 tiny_models.standin_preset) under the same file name. With random weights the videos are
-noise, and the report says so. With CUDA, ComfyUI runs on the GPU
-and the patch uses the Triton kernels; without it, ComfyUI runs with --cpu and the patch uses
+close to flat grey, and the report says so with their measured pixel spread. With CUDA,
+ComfyUI runs on the GPU and the patch uses the Triton kernels; without it, ComfyUI runs with --cpu and the patch uses
 the float32 reference of the same kernels. Exits non-zero with a message on any failure.
 """
 from __future__ import annotations
@@ -46,15 +46,17 @@ from pathlib import Path
 
 TOOLS = Path(__file__).resolve().parent
 REPO = TOOLS.parent
-if str(TOOLS) not in sys.path:
-    sys.path.insert(0, str(TOOLS))
+# The repo root first, for the pack's `kernels` (tiny_models.standin_preset): transformers 5.x
+# installs another top-level package of that name into the same environment.
+for folder in (REPO, TOOLS):
+    if str(folder) in sys.path:
+        sys.path.remove(str(folder))
+    sys.path.insert(0, str(folder))
 
 import comfyui_server  # noqa: E402
 import tiny_models  # noqa: E402
 import workflow_api  # noqa: E402
 
-if str(REPO) not in sys.path:  # kernels (tiny_models.standin_preset)
-    sys.path.append(str(REPO))
 
 # The choices of ``make demo DEMO=...``: the workflow each runs (both Wan 2.1 T2V 14B 720p).
 DEMOS = {
@@ -245,6 +247,15 @@ def rel_l2(a_path: Path, b_path: Path) -> float:
 # The report
 # --------------------------------------------------------------------------------------------
 
+def video_pixel_spread(path: Path) -> tuple[float, float]:
+    """Mean and standard deviation of every pixel value (0-255) of every frame of a video."""
+    import av
+    import numpy as np
+    with av.open(str(path)) as container:
+        frames = np.stack([f.to_ndarray(format="rgb24") for f in container.decode(video=0)]).astype(np.float64)
+    return float(frames.mean()), float(frames.std())
+
+
 def _secs(x) -> str:
     return "n/a" if x is None else f"{x:.2f} s"
 
@@ -288,9 +299,12 @@ def report_lines(ctx: dict, dense: dict, sparse: dict, rel: float, images: list[
         lines.append("note: on the CPU the sparse path is the float32 reference of the kernels, not meant to be fast;"
                      " the speed-up needs the Triton kernels on a GPU (BENCHMARKS.md)")
     if ctx["tiny"]:
-        lines.append("note: the videos are noise by design: the stand-in models' weights are random (no real "
-                     "model files), so nothing meaningful is drawn; what the demo shows is the pipeline, the "
-                     "attention counts and densities and the Inspector images. SVATTN_MODELS_DIR runs real files")
+        spread = "; ".join(f"{Path(v).stem} mean {m:.0f}, std {sd:.1f}"
+                           for v, (m, sd) in ((v, video_pixel_spread(Path(v))) for v in ctx["videos"]))
+        lines.append("note: the videos are close to flat grey by design (pixel values 0-255: " + spread + "): "
+                     "the stand-in models' weights are random (no real model files), so nothing is drawn; what "
+                     "the demo shows is the pipeline, the attention counts and densities and the Inspector "
+                     "images. SVATTN_MODELS_DIR runs real files")
     lines += ["", "inspector images:", *[f"  {p}" for p in images]]
     if s["method"] != "psa":
         lines.append("  (psa_masks.png says NO PSA PRESET: Sol-Attn has no stripe masks; make demo DEMO=psa draws "

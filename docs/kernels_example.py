@@ -1,6 +1,6 @@
 """Sol-Attn and PSA from the ``kernels`` library, without ComfyUI, on random q/k/v.
 
-    python examples/kernels_example.py
+    python docs/kernels_example.py
 
 On CUDA it runs the Triton kernels (bf16) and checks them against the float32 references; on
 the CPU it runs the float32 references (the kernels need CUDA, or Triton's interpreter with
