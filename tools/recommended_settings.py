@@ -50,22 +50,20 @@ RECOMMENDED = (
     Recommendation(
         models="Wan 2.1 / 2.2 (t2v, i2v), 720p", method="sol_attn",
         settings={"target_sparsity": (0.85, 0.90), "warmup": 0.2, "dense_blocks": "0"},
-        measured="Wan2.1-14B forward 2.13–2.14× (0.85) / 2.39× (0.90) vs dense, default 3D tiles "
-                 "(`e2e_comfyui_h200_wan_{no_lists,routing_kernels}.json`), 2.16× / 2.41× with `sol_tile` off "
-                 "(`…_wan_rowmajor.json`); kernel 4.0–4.1× / 5.8× at 75.6K tokens (`sol_fp8_keys_h200/call3/`)",
+        measured="Wan2.1-14B forward 2.13–2.14× (0.85) / 2.39× (0.90) "
+                 "(`e2e_comfyui_h200_wan_{no_lists,routing_kernels}.json`)",
         workflows=("wan2.1_t2v_14B_720p_sol_attn.json", "wan2.2_i2v_A14B_two_stage_sol_attn.json")),
     Recommendation(
         models="Wan 2.1 / 2.2, 720p", method="psa", shipped_preset=True,
         settings={"warmup": 0.2, "dense_blocks": "0"},
-        measured="Wan2.1-14B forward 1.85–1.86× with the shipped 14B 720p preset, 66 % sparse "
-                 "(`e2e_comfyui_h200_wan_{no_lists,edge_cover,edge_cover_repeat}.json`)",
+        measured="Wan2.1-14B forward 1.85–1.86×, preset 66 % sparse (`e2e_comfyui_h200_wan_no_lists.json`, "
+                 "`…_edge_cover*.json`)",
         workflows=("wan2.1_t2v_14B_720p_psa.json",)),
     Recommendation(
         models="HunyuanVideo 720p", method="psa", shipped_preset=True,
         settings={"warmup": 0.2, "dense_blocks": "0"},
-        measured="HunyuanVideo-13B forward 2.32–2.35× with the shipped 720p preset, 70 % sparse "
-                 "(`e2e_comfyui_h200_hunyuan_{pair_steps,per_head}.json`); kernel 6.3–6.5× at density 0.15 on the "
-                 "768p grid (`psa_pair_steps_h200.json`, `ws_edge_cover_h200.json`)",
+        measured="HunyuanVideo-13B forward 2.32–2.35×, preset 70 % sparse "
+                 "(`e2e_comfyui_h200_hunyuan_{pair_steps,per_head}.json`)",
         workflows=("hunyuan_video_t2v_720p_psa.json",)),
     Recommendation(
         models="HunyuanVideo 720p", method="sol_attn",
@@ -76,8 +74,8 @@ RECOMMENDED = (
     Recommendation(
         models="LTX-Video 0.9 / LTX-2", method="sol_attn",
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
-        measured="LTX-Video 0.9 2B, 14,080 tokens: forward 1.26×, self-attention being half of its forward "
-                 "(`e2e_comfyui_h200_ltxv.json`); LTX-2 not measured",
+        measured="LTX-Video 0.9 2B forward 1.26× (self-attention is half of it; "
+                 "`e2e_comfyui_h200_ltxv.json`); LTX-2 not measured",
         workflows=("ltxv_t2v_sol_attn.json",)),
 )
 
