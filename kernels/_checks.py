@@ -6,19 +6,22 @@ what is accepted, so a bad call is fixed from the message alone.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import re
 
 import torch
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
+FLOAT32_MAX = torch.finfo(torch.float32).max
+FLOAT32_TINY = torch.finfo(torch.float32).tiny   # the smallest normal float32
 KERNEL_HEAD_DIMS = (64, 128)
 
 
 def check_qkv(q, k, v, *, for_kernel: bool) -> tuple[int, int, int, int]:
     """Validate self-attention inputs of layout (B, L, H, D); return (B, L, H, D).
 
-    ``for_kernel`` adds the Triton kernel's limits (CUDA, fp16/bf16, D in {64, 128}).
+    ``for_kernel`` adds the Triton kernel's limits (no gradients, CUDA, fp16/bf16, D in {64, 128}).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -40,6 +43,10 @@ def check_qkv(q, k, v, *, for_kernel: bool) -> tuple[int, int, int, int]:
     if min(B, L, H, D) < 1:
         raise ValueError(f"q must have non-empty dimensions, got shape {tuple(q.shape)}")
     if for_kernel:
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            raise ValueError("q, k, v require gradients, and the Triton kernels have no backward pass (their "
+                             "output would silently carry none): call them under torch.no_grad() or "
+                             "torch.inference_mode(), or differentiate the *_reference function")
         if q.dtype not in KERNEL_DTYPES:
             raise TypeError(f"q/k/v dtype must be torch.float16 or torch.bfloat16 for the Triton kernel, got {q.dtype}")
         if D not in KERNEL_HEAD_DIMS:
@@ -124,21 +131,58 @@ def check_int(value, name: str, minimum: int, maximum: int | None = None) -> int
     return value
 
 
+def check_number(value, name: str) -> float:
+    """``value`` as a float: a real number (bools and text refused), not NaN, ±inf kept; else a
+    TypeError or ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {shown(value)}")
+    try:
+        out = float(value)
+    except OverflowError:  # an integer beyond every float
+        raise ValueError(f"{name}: out of range, got {shown(value)}") from None
+    if math.isnan(out):
+        raise ValueError(f"{name}: NaN is not allowed")
+    return out
+
+
 def resolve_scale(scale, head_dim: int) -> float:
+    """The softmax scale: ``scale``, or 1/√head_dim for None. The scores are float32, where a
+    scale outside float32's normal range becomes 0 or inf (all-NaN attention): refused."""
     if scale is None:
         return 1.0 / math.sqrt(head_dim)
-    scale = float(scale)
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a positive finite float, got {scale}")
-    return scale
+    try:
+        value = float(scale)
+    except (TypeError, ValueError, RuntimeError, OverflowError):
+        value = math.nan
+    if not FLOAT32_TINY <= value <= FLOAT32_MAX:
+        raise ValueError(f"scale must be a positive number in float32's range [{FLOAT32_TINY:.4g}, "
+                         f"{FLOAT32_MAX:.4g}], got {shown(scale)}")
+    return value
+
+
+def check_beta(beta, name: str = "beta") -> float:
+    """A β given as a number: ±inf or a finite float32 (the routing computes in float32, where
+    a larger finite value would silently become inf), never NaN; else a ValueError naming
+    ``name``."""
+    try:
+        value = float(beta)
+    except OverflowError:  # an integer beyond every float: finite, and far too large
+        value = None
+    if value is not None and math.isnan(value):
+        raise ValueError(f"{name}: must not be NaN")
+    if value is None or (math.isfinite(value) and abs(value) > FLOAT32_MAX):
+        raise ValueError(f"{name}: must be -inf, inf or a number within float32's range "
+                         f"(±{FLOAT32_MAX:.4g}), got {shown(beta)}")
+    return value
 
 
 def per_head_beta(beta, num_heads: int, device) -> torch.Tensor:
     """β as a float32 tensor of shape (H,) on ``device``; ±inf allowed (all exact / none exact).
 
-    A float or a CPU tensor is checked for NaN here, and warned about outside the documented
-    range (``sol_routing.BETA_MIN``/``BETA_MAX``); a CUDA tensor is used as it is (checking it
-    would synchronise the device on every call): a NaN there makes every block exact."""
+    A float or a CPU tensor is checked here (:func:`check_beta`), and warned about outside the
+    documented range (``sol_routing.BETA_MIN``/``BETA_MAX``); a CUDA tensor is used as it is
+    (checking it would synchronise the device on every call): a NaN there makes every block
+    exact."""
     from .sol_routing import warn_if_beta_outside_range
     if isinstance(beta, torch.Tensor):
         if beta.dim() == 0:
@@ -147,21 +191,20 @@ def per_head_beta(beta, num_heads: int, device) -> torch.Tensor:
             raise ValueError(f"beta must be a float or a tensor of shape (H,) = ({num_heads},), got {tuple(beta.shape)}")
         if beta.is_cuda:
             return beta.detach().to(device=device, dtype=torch.float32)
-        if torch.isnan(beta).any():
-            raise ValueError("beta must not be NaN")
+        for value in beta.detach().double().flatten().tolist():
+            check_beta(value)
         warn_if_beta_outside_range(beta)
         return beta.detach().to(device=device, dtype=torch.float32)
     if isinstance(beta, (int, float)) and not isinstance(beta, bool):
-        if math.isnan(beta):
-            raise ValueError("beta must not be NaN")
+        beta = check_beta(beta)
         warn_if_beta_outside_range(beta)
-        return torch.full((num_heads,), float(beta), device=device, dtype=torch.float32)
+        return torch.full((num_heads,), beta, device=device, dtype=torch.float32)
     raise TypeError(f"beta must be a float or a tensor of shape (H,), got {type(beta).__name__}")
 
 
 def check_estimator(estimator: str) -> str:
     if estimator not in ("exact", "diag"):
-        raise ValueError(f"estimator must be 'exact' or 'diag', got {estimator!r}")
+        raise ValueError(f"estimator must be 'exact' or 'diag', got {shown(estimator)}")
     return estimator
 
 
@@ -178,7 +221,7 @@ def check_token_ranges(ranges, seq_len: int, name: str = "sinks") -> list[tuple[
         try:
             start, end = (int(x) for x in r)
         except (TypeError, ValueError):
-            raise TypeError(f"{name} entries must be (start, end) integer pairs, got {r!r}") from None
+            raise TypeError(f"{name} entries must be (start, end) integer pairs, got {shown(r)}") from None
         if not 0 <= start < end <= seq_len:
             raise ValueError(f"{name} range ({start}, {end}) must satisfy 0 <= start < end <= L = {seq_len}")
         out.append((start, end))

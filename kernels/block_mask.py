@@ -26,8 +26,8 @@ from typing import Optional
 
 import torch
 
-from ._checks import cache_device
-from .layout import check_grid, check_tile, tile_layout
+from ._checks import cache_device, check_int, shown
+from .layout import MAX_GRID_TOKENS, check_grid, check_tile, tile_layout
 
 __all__ = ["BlockLayout", "BlockMask", "block_layout", "row_major_layout", "mask_from_dense", "work_order",
            "ROW_MAJOR_BLOCK"]
@@ -103,20 +103,18 @@ def _cached_block_layout(grid, tile, extra_tokens, device_str):
 
 
 def block_layout(grid, tile, extra_tokens: int = 0, device="cpu") -> BlockLayout:
-    """The :class:`BlockLayout` of a grid, tile and extra-token count on ``device`` (cached)."""
-    extra_tokens = int(extra_tokens)
-    if extra_tokens < 0:
-        raise ValueError(f"extra_tokens must be >= 0, got {extra_tokens}")
-    return _cached_block_layout(check_grid(grid), check_tile(tile), extra_tokens, str(cache_device(device)))
+    """The :class:`BlockLayout` of a grid, tile and extra-token count on ``device`` (cached).
+    The grid and the extra tokens together hold at most ``layout.MAX_GRID_TOKENS`` tokens,
+    the longest sequence the kernels take."""
+    grid, tile = check_grid(grid), check_tile(tile)
+    extra_tokens = check_int(extra_tokens, "extra_tokens", 0, MAX_GRID_TOKENS - math.prod(grid))
+    return _cached_block_layout(grid, tile, extra_tokens, str(cache_device(device)))
 
 
 def row_major_layout(seq_len: int, device="cpu") -> BlockLayout:
     """Row-major blocks of ``ROW_MAJOR_BLOCK`` tokens (a sequence without a grid): the grid
     (L, 1, 1) cut into tiles (64, 1, 1), built directly (a video grid's per-axis limit of
     ``layout.check_grid`` does not apply to a flat sequence; its token limit does)."""
-    from .layout import MAX_GRID_TOKENS
-    from ._checks import check_int
-
     seq_len = check_int(seq_len, "sequence length", 1)
     if seq_len > MAX_GRID_TOKENS:
         raise ValueError(f"sequence length {seq_len} is more than the {MAX_GRID_TOKENS} tokens the kernels take")
@@ -212,7 +210,7 @@ def work_order(visits: torch.Tensor, layout: BlockLayout, block_m: int, order: s
         heads = torch.argsort(visits.sum(-1), descending=True, stable=True)
         pairs = (heads[:, None] * nb + torch.arange(nb)).reshape(-1)
     else:
-        raise ValueError(f"order must be 'heaviest' or 'head', got {order!r}")
+        raise ValueError(f"order must be 'heaviest' or 'head', got {shown(order)}")
     entries = pairs[:, None] * tiles + torch.arange(tiles)
     live = torch.arange(tiles)[None, :] * block_m < layout.lengths.long().cpu()[pairs % nb][:, None]
     return entries[live].to(torch.int32)

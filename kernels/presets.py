@@ -81,6 +81,7 @@ __all__ = [
     "KNOWN_FAMILIES",
     "NAME_RE",
     "check_name",
+    "check_bucket_edges",
     "MAX_PRESET_BYTES",
     "Preset",
     "load_preset",
@@ -106,6 +107,8 @@ FAMILY_NAMES = {
 }
 KNOWN_FAMILIES = tuple(name for names in FAMILY_NAMES.values() for name in names)
 _MAX_INT_DIGITS = 40
+MAX_BUCKET_EDGES = 64
+MAX_AUTHOR = 200
 _TOP_FIELDS = {
     "format", "version", "name", "model", "grid", "tile", "step_buckets", "params", "source",
     "search", "stats", "author", "notes", "created",
@@ -120,6 +123,21 @@ def check_name(name, what: str) -> str:
         raise ValueError(f"{what}: {shown(name)} must be 1-64 characters of A-Z a-z 0-9 . _ - "
                          "not starting with '.' (it becomes a file name)")
     return name
+
+
+def check_bucket_edges(edges, what: str) -> list:
+    """Step bucket edges as a list of floats: at most :data:`MAX_BUCKET_EDGES` finite numbers,
+    strictly ascending inside (0, 1) (denoising progress); else a ValueError naming ``what``."""
+    items = list(edges)
+    if len(items) > MAX_BUCKET_EDGES:
+        raise ValueError(f"{what}: more than {MAX_BUCKET_EDGES} edges")
+    out = [FieldChecks.num(e, f"{what}[{i}]") for i, e in enumerate(items)]
+    for i, e in enumerate(out):
+        if not 0.0 < e < 1.0:
+            raise ValueError(f"{what}[{i}]: expected a denoising progress inside (0, 1), got {e!r}")
+    if any(b <= a for a, b in zip(out, out[1:])):
+        raise ValueError(f"{what}: must be strictly ascending, got {shown(out, 200)}")
+    return out
 
 
 def check_family(family, what: str) -> str:
@@ -189,7 +207,7 @@ class Preset:
         """This preset for another token grid; see the module docstring for the policy."""
         grid = check_grid(grid)
         if on_mismatch not in ("refuse", "rescale"):
-            raise ValueError(f"on_mismatch must be 'refuse' or 'rescale', got {on_mismatch!r}")
+            raise ValueError(f"on_mismatch must be 'refuse' or 'rescale', got {shown(on_mismatch)}")
         check_padding(grid, self.tile, f"preset {self.name!r}: tile")
         new_bg = block_grid_of(grid, self.tile)
         check_mask_size(new_bg, self.num_heads, f"preset {self.name!r} on grid {grid}")
@@ -347,10 +365,7 @@ def preset_from_json(text) -> Preset:
     sb = V.obj(doc["step_buckets"], "preset.step_buckets")
     V.keys(sb, "preset.step_buckets", ("unit", "edges"))
     V.str_(sb["unit"], "preset.step_buckets.unit", 16, choices={"progress"})
-    edges = [V.num(e, f"preset.step_buckets.edges[{i}]", 0.0, 1.0)
-             for i, e in enumerate(V.list_(sb["edges"], "preset.step_buckets.edges", max_len=64))]
-    if any(b <= a for a, b in zip(edges, edges[1:])) or any(e <= 0.0 or e >= 1.0 for e in edges):
-        raise ValueError(f"preset.step_buckets.edges: must be strictly ascending inside (0, 1), got {edges}")
+    edges = check_bucket_edges(V.list_(sb["edges"], "preset.step_buckets.edges"), "preset.step_buckets.edges")
 
     L, Hh = fingerprint["layers"], fingerprint["heads"]
     params = V.list_(doc["params"], "preset.params", len(edges) + 1)
@@ -402,7 +417,7 @@ def preset_from_json(text) -> Preset:
     if "layer_sparsity" in st:
         stats["layer_sparsity"] = [V.num(x, f"preset.stats.layer_sparsity[{i}]", 0.0, 1.0)
                                    for i, x in enumerate(V.list_(st["layer_sparsity"], "preset.stats.layer_sparsity", L))]
-    author = V.str_(doc.get("author", ""), "preset.author", 200)
+    author = V.str_(doc.get("author", ""), "preset.author", MAX_AUTHOR)
     notes = V.str_(doc.get("notes", ""), "preset.notes", 4000)
     created = V.str_(doc.get("created", ""), "preset.created", 40)
     return Preset(name, family, model_name, fingerprint, grid, tile, params_t, edges, source, search, stats,
@@ -542,7 +557,8 @@ def preset_from_selection(
     source: str = "searched",
 ) -> Preset:
     """A searched preset from a :class:`kernels.psa_search.Selection` covering every layer
-    ``0 .. fingerprint['layers'] - 1`` (layers missing from the selection are refused).
+    ``0 .. fingerprint['layers'] - 1`` (layers missing from the selection, rows beyond them and
+    another head count are refused).
     ``source="geometry"`` marks a preset that was not searched on the real model (e.g. one
     searched on the synthetic workload). The result is validated like a preset file
     (ValueError naming the field)."""
@@ -552,6 +568,14 @@ def preset_from_selection(
     missing = [x for x in range(L) if x not in selection.layers]
     if missing:
         raise ValueError(f"the selection has no loss table rows for layers {missing[:10]}; search every layer")
+    beyond = [x for x in selection.layers if x >= L]
+    if beyond:
+        raise ValueError(f"fingerprint.layers: {L}, but the loss table has rows for layer {beyond[-1]}; "
+                         "give the model's layer count")
+    heads = int(selection.params.shape[2])
+    if fingerprint["heads"] != heads:
+        raise ValueError(f"fingerprint.heads: {fingerprint['heads']}, but the loss table has {heads} heads "
+                         "per layer; give the model's head count")
     rows = [selection.layers.index(x) for x in range(L)]
     params = selection.params[:, rows]
     rule = "alpha" if "alpha" in selection.rule else "target_sparsity"

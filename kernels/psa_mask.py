@@ -195,8 +195,8 @@ import math
 import numpy as np
 import torch
 
-from ._checks import cache_device
-from .layout import check_grid, check_tile
+from ._checks import cache_device, check_int
+from .layout import MAX_TILE_TOKENS, check_grid, check_tile
 
 __all__ = [
     "FIELDS",
@@ -404,7 +404,9 @@ def psa_kernel_mask(grid, params, tile, extra_tokens: int = 0, device="cpu", blo
     The cached tensors are shared: do not modify them."""
     grid, tile = check_grid(grid), check_tile(tile)
     p = check_params(params)
-    return _cached_kernel_mask(grid, tile, p.numpy().tobytes(), p.shape[0], int(extra_tokens), int(block_m),
+    extra_tokens = check_int(extra_tokens, "extra_tokens", 0)
+    block_m = check_int(block_m, "block_m", 1, MAX_TILE_TOKENS)
+    return _cached_kernel_mask(grid, tile, p.numpy().tobytes(), p.shape[0], extra_tokens, block_m,
                                order, str(cache_device(device)))
 
 

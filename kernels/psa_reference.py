@@ -52,6 +52,9 @@ def psa_attention_reference(q, k, v, *, grid, params, tile, extra_tokens=0, scal
     extra = check_extra_tokens(extra_tokens, L, grid)
     p = check_params(params, num_heads=H)
     scale = resolve_scale(scale, D)
+    if query_chunk is None:
+        query_chunk = max(1, (1 << 25) // (B * H * L))
+    query_chunk = check_int(query_chunk, "query_chunk", 1)
     dev = q.device
 
     bmask = psa_block_mask(grid, p, tile)
@@ -65,11 +68,6 @@ def psa_attention_reference(q, k, v, *, grid, params, tile, extra_tokens=0, scal
     qf = q.float().permute(0, 2, 1, 3)  # (B, H, L, D)
     kf = k.float().permute(0, 2, 3, 1)  # (B, H, D, L)
     vf = v.float().permute(0, 2, 1, 3)  # (B, H, L, D)
-    if query_chunk is None:
-        query_chunk = max(1, (1 << 25) // (B * H * L))
-    query_chunk = int(query_chunk)
-    if query_chunk < 1:
-        raise ValueError(f"query_chunk must be >= 1, got {query_chunk}")
     out = torch.empty(B, H, L, D, dtype=torch.float32, device=dev)
     for i0 in range(0, L, query_chunk):
         i1 = min(L, i0 + query_chunk)

@@ -83,8 +83,11 @@ one checks everything before it is used: the format and version first, then ever
 field (grid and tile within the limits of ``kernels.presets``/``kernels.layout``, layers,
 bucket edges, heads, the known settings) and every tensor (name, dtype, shape, values).
 Any problem is a ``ValueError`` that starts with the file's path and names the field, e.g.
-``t.safetensors: header.tile[1]: expected an integer in [1, 256], got 0``. Writing goes
-through ``kernels._files.write_file`` (never through a symbolic link; atomic replace).
+``t.safetensors: header.tile[1]: expected an integer in [1, 256], got 0``. Writing runs the
+same checks first (``LossTable.save``; ``save_qkv_sample`` refuses NaN/inf values, which a
+search could not turn into a readable table), so what is written always reads back; it goes
+through ``kernels._files.write_file`` (never through a symbolic link; atomic replace). A call
+whose dense output is not finite is refused by ``PSASearchAccumulator.add`` and not counted.
 """
 from __future__ import annotations
 
@@ -96,17 +99,19 @@ import json
 import math
 import os
 import random
+import stat
 import sys
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from ._checks import check_qkv, clip, parse_float, parse_int, resolve_scale, shown
-from ._files import write_file
+from ._checks import check_int, check_number, check_qkv, clip, parse_float, parse_int, resolve_scale, shown
+from ._files import check_output_path, write_file
 from .layout import MAX_GRID_AXIS, MAX_TILE_AXIS, check_grid, check_tile, tile_layout
 from .presets import (
-    KNOWN_FAMILIES, FieldChecks, check_family, check_fingerprint, check_grid_and_tile, json_loads,
+    KNOWN_FAMILIES, FieldChecks, check_bucket_edges, check_family, check_fingerprint,
+    check_grid_and_tile, json_loads,
 )
 from .psa_mask import (
     FIELDS, block_grid_of, check_mask_size, check_params, format_params, inter_frame_table, intra_frame_table,
@@ -136,7 +141,8 @@ _TABLE_TENSORS = {  # name -> dtype
 }
 _TABLE_HEADER = ("grid", "tile", "layers", "bucket_edges", "num_heads", "fields", "settings")
 MAX_LAYERS = 1024
-MAX_BUCKET_EDGES = 64
+MAX_HEADS = 1024
+MAX_SAMPLED = 1 << 20  # query_tiles, rows_per_tile
 
 
 # --------------------------------------------------------------------------- candidates
@@ -170,6 +176,9 @@ def candidate_space(
     ``extra`` rows are always included. ``max_candidates=None`` keeps every distinct mask.
     """
     grid, tile = check_grid(grid), check_tile(tile)
+    if max_candidates is not None:
+        max_candidates = check_int(max_candidates, "max_candidates", 1)
+    seed = check_int(seed, "seed", 0)
     nT, nH, nW = block_grid_of(grid, tile)
     check_mask_size((nT, nH, nW), 1, "candidate space")
     L = nH * nW
@@ -278,7 +287,7 @@ class LossTable:
         elif metric == "rel":
             den = self.ref_sq
         else:
-            raise ValueError(f"metric must be 'mse' or 'rel', got {metric!r}")
+            raise ValueError(f"metric must be 'mse' or 'rel', got {shown(metric)}")
         den = den[..., None]
         out = self.sq_err / den.clamp_min(1e-300)
         return torch.where(den > 0, out, torch.full_like(out, float("nan")))
@@ -365,15 +374,15 @@ class LossTable:
             "count": self.count.contiguous(),
             "calls": self.calls.contiguous(),
         }
-        meta = {
-            "format": TABLE_FORMAT,
-            "version": str(TABLE_VERSION),
-            "header": json.dumps({
-                "grid": list(self.grid), "tile": list(self.tile), "layers": list(self.layers),
-                "bucket_edges": list(self.bucket_edges), "num_heads": self.num_heads,
-                "fields": list(FIELDS), "settings": self.settings,
-            }),
-        }
+        header = json.dumps({
+            "grid": list(self.grid), "tile": list(self.tile), "layers": list(self.layers),
+            "bucket_edges": list(self.bucket_edges), "num_heads": self.num_heads,
+            "fields": list(FIELDS), "settings": self.settings,
+        })
+        # the loader's checks, before anything is written: what is saved always loads
+        _table_header(json_loads(header, "header"))
+        self.validate()
+        meta = {"format": TABLE_FORMAT, "version": str(TABLE_VERSION), "header": header}
         write_file(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
 
     @classmethod
@@ -442,14 +451,20 @@ class LossTable:
 @contextlib.contextmanager
 def _read_safetensors(path, fmt: str, version: int, what: str):
     """``(safe_open handle, header dict)`` of a safetensors file of format ``fmt``; every
-    failure to read it becomes a one-line ValueError (format and version checked first)."""
+    failure to read it becomes a one-line ValueError (format and version checked first),
+    except a file that cannot be reached or opened (no permission, a loop of links): its
+    OSError, which names the file, is raised as it is, as the file itself may be fine."""
     from safetensors import safe_open
 
     path = os.fspath(path)
-    if not os.path.exists(path):
-        raise ValueError("no such file")
-    if not os.path.isfile(path):
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise ValueError("no such file") from None
+    if not stat.S_ISREG(mode):
         raise ValueError(f"not a file (a {what} is one .safetensors file)")
+    with open(path, "rb"):
+        pass
     try:
         f = safe_open(path, framework="pt")
     except Exception as e:  # SafetensorError, OSError: not a safetensors file
@@ -481,7 +496,7 @@ def _table_header(h) -> dict:
     """The LossTable fields stored in a table's JSON header, validated."""
     V = FieldChecks
     V.keys(h, "header", _TABLE_HEADER)
-    num_heads = V.int_(h["num_heads"], "header.num_heads", 1, 1024)
+    num_heads = V.int_(h["num_heads"], "header.num_heads", 1, MAX_HEADS)
     grid = tuple(V.int_(x, f"header.grid[{i}]", 1, MAX_GRID_AXIS)
                  for i, x in enumerate(V.list_(h["grid"], "header.grid", 3)))
     tile = tuple(V.int_(x, f"header.tile[{i}]", 1, MAX_TILE_AXIS)
@@ -491,10 +506,7 @@ def _table_header(h) -> dict:
               for i, x in enumerate(V.list_(h["layers"], "header.layers", max_len=MAX_LAYERS))]
     if any(b <= a for a, b in zip(layers, layers[1:])):
         raise ValueError("header.layers: expected distinct layer ids in ascending order")
-    edges = [V.num(x, f"header.bucket_edges[{i}]")
-             for i, x in enumerate(V.list_(h["bucket_edges"], "header.bucket_edges", max_len=MAX_BUCKET_EDGES))]
-    if any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ValueError("header.bucket_edges: expected strictly ascending values")
+    edges = check_bucket_edges(V.list_(h["bucket_edges"], "header.bucket_edges"), "header.bucket_edges")
     if h["fields"] != list(FIELDS):
         raise ValueError(f"header.fields: expected {list(FIELDS)}, got {shown(h['fields'])}")
     return {"grid": grid, "tile": tile, "layers": layers, "bucket_edges": edges, "num_heads": num_heads,
@@ -515,7 +527,7 @@ def _table_settings(st) -> dict:
         V.int_(st["prompts"], "header.settings.prompts", 0, 1 << 16)
     for key in ("query_tiles", "rows_per_tile"):
         if key in st:
-            V.int_(st[key], f"header.settings.{key}", 1, 1 << 20, null=True)
+            V.int_(st[key], f"header.settings.{key}", 1, MAX_SAMPLED, null=True)
     return dict(st)
 
 
@@ -567,18 +579,18 @@ class PSASearchAccumulator:
         owned=None,
         device=None,
     ):
+        # the bounds of a loss table's header, so that table() always saves and loads
         self.grid, self.tile = check_grid(grid), check_tile(tile)
-        self.num_heads = int(num_heads)
-        self.extra_tokens = int(extra_tokens)
-        self.bucket_edges = [float(e) for e in bucket_edges]
-        if self.bucket_edges != sorted(self.bucket_edges):
-            raise ValueError(f"bucket_edges must be ascending, got {self.bucket_edges}")
+        self.num_heads = check_int(num_heads, "num_heads", 1, MAX_HEADS)
+        self.extra_tokens = check_int(extra_tokens, "extra_tokens", 0)
+        self.bucket_edges = check_bucket_edges(bucket_edges, "bucket_edges")
         cands = candidate_space(self.grid, self.tile) if candidates is None else check_params(candidates)
         self.candidates = cands
-        self.query_tiles = query_tiles
-        self.rows_per_tile = rows_per_tile
-        self.seed = int(seed)
-        self.scale = scale
+        self.query_tiles = None if query_tiles is None else check_int(query_tiles, "query_tiles", 1, MAX_SAMPLED)
+        self.rows_per_tile = None if rows_per_tile is None else check_int(rows_per_tile, "rows_per_tile", 1,
+                                                                          MAX_SAMPLED)
+        self.seed = check_int(seed, "seed", 0)
+        self.scale = None if scale is None else resolve_scale(scale, 1)
         self.owned = owned
         self.device = None if device is None else torch.device(device)
         self.layout = tile_layout(self.grid, self.tile)
@@ -594,10 +606,10 @@ class PSASearchAccumulator:
         self._dev_masks = {}
 
     def bucket_of(self, step) -> int:
-        return bisect.bisect_right(self.bucket_edges, float(step))
+        return bisect.bisect_right(self.bucket_edges, check_number(step, "step"))
 
     def _entry(self, layer, bucket):
-        key = (int(layer), int(bucket))
+        key = (check_int(layer, "layer", 0, MAX_LAYERS - 1), bucket)  # the table loader's bound
         if key not in self._entries:
             C = self.candidates.shape[0]
             self._entries[key] = {
@@ -653,9 +665,9 @@ class PSASearchAccumulator:
         bucket = self.bucket_of(step)
         entry = self._entry(layer, bucket)
         call = entry["calls"]
-        entry["calls"] += 1
         heads = [h for h in range(H) if self.owned is None or self.owned(int(layer), h)]
         if not heads:
+            entry["calls"] += 1
             return
         dev = self.device or q.device
         rows, qblk = self._sample_rows(layer, bucket, call)
@@ -680,6 +692,10 @@ class PSASearchAccumulator:
                 ke, ve = kh[n:n + E].to(torch.float32), vh[n:n + E].to(torch.float32)
                 sq[b, i], ref[b, i] = _head_losses(qr, qblk_d, kb, vb, pad_bias, ke, ve, masks, scale)
         sq, ref = sq.cpu(), ref.cpu()
+        if not bool(torch.isfinite(ref).all()):  # a table holding it could not be read back
+            raise ValueError(f"layer {layer}: the dense attention output of this call is not finite (NaN or inf "
+                             "in q, k or v, or scores beyond float32); the call is not evaluated")
+        entry["calls"] += 1
         idx = torch.tensor(heads, dtype=torch.int64)
         for b in range(B):
             entry["sq_err"][idx] += sq[b]
@@ -762,7 +778,7 @@ def _head_losses(qr, qblk, kb, vb, pad_bias, ke, ve, masks, scale, max_elems=1 <
 # --------------------------------------------------------------------------- samples
 def estimate_sample_bytes(shape, dtype=torch.bfloat16) -> int:
     """Bytes of one saved (q, k, v) sample of ``shape`` (B, L, H, D), header included."""
-    numel = math.prod(int(x) for x in shape)
+    numel = math.prod(check_int(x, "shape entries", 0) for x in shape)
     itemsize = torch.empty((), dtype=dtype).element_size()
     return 3 * numel * itemsize + 4096
 
@@ -773,17 +789,28 @@ def save_qkv_sample(path, q, k, v, *, layer: int, step: float, grid, extra_token
     from safetensors.torch import save_file
 
     B, L, H, D = check_qkv(q, k, v, for_kernel=False)
+    _check_finite(q, k, v)
     grid = check_grid(grid)
-    check_extra_tokens(extra_tokens, L, grid)
+    extra_tokens = check_extra_tokens(extra_tokens, L, grid)
+    # the bounds read_sample_header checks, so that the sample always reads back
+    layer = check_int(layer, "layer", 0, MAX_LAYERS - 1)
+    step = FieldChecks.num(step, "step")
     meta = {
         "format": SAMPLE_FORMAT,
         "version": "1",
-        "header": json.dumps({"grid": list(grid), "layer": int(layer), "step": float(step),
-                              "extra_tokens": int(extra_tokens)}),
+        "header": json.dumps({"grid": list(grid), "layer": layer, "step": step, "extra_tokens": extra_tokens}),
     }
     tensors = {n: t.detach().to("cpu").contiguous() for n, t in (("q", q), ("k", k), ("v", v))}
     write_file(path, lambda tmp: save_file(tensors, tmp, metadata=meta))
     return os.path.getsize(path)
+
+
+def _check_finite(q, k, v) -> None:
+    """ValueError naming the first of q, k, v that holds NaN or inf: the search's losses
+    (and a table holding them) would not be finite."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"tensor {name}: expected finite values (it holds NaN or inf)")
 
 
 def _sample_header(f, h) -> dict:
@@ -792,8 +819,8 @@ def _sample_header(f, h) -> dict:
     if set(f.keys()) != {"q", "k", "v"}:
         raise ValueError(f"tensors: expected q, k, v, got {shown(sorted(f.keys()))}")
     shape = list(f.get_slice("q").get_shape())
-    if len(shape) != 4:
-        raise ValueError(f"tensor q: expected shape (B, L, H, D), got {shape}")
+    if len(shape) != 4 or min(shape) < 1:
+        raise ValueError(f"tensor q: expected shape (B, L, H, D) of non-empty dimensions, got {shape}")
     return {
         "grid": check_grid([V.int_(x, f"header.grid[{i}]", 1, MAX_GRID_AXIS)
                             for i, x in enumerate(V.list_(h["grid"], "header.grid", 3))], "header.grid"),
@@ -820,6 +847,7 @@ def load_qkv_sample(path):
             h = _sample_header(f, h)
             q, k, v = (f.get_tensor(n) for n in ("q", "k", "v"))
         check_qkv(q, k, v, for_kernel=False)
+        _check_finite(q, k, v)
         check_extra_tokens(h["extra_tokens"], q.shape[1], h["grid"])
     except (ValueError, TypeError) as e:
         raise ValueError(f"{path}: {e}") from None
@@ -1086,8 +1114,12 @@ def _device(text):
         dev = torch.device(text)
     except RuntimeError:
         raise ValueError(f"--device: {shown(text)} is not a torch device (e.g. cpu, cuda, cuda:1)") from None
+    if dev.type not in ("cpu", "cuda"):  # e.g. meta holds no values to evaluate
+        raise ValueError(f"--device: {shown(text)}: the search computes on cpu or cuda devices only")
     if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device: {text}: CUDA is not available here")
+        raise ValueError(f"--device: {shown(text)}: CUDA is not available here")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise ValueError(f"--device: {shown(text)}: this machine has {torch.cuda.device_count()} CUDA devices")
     return str(dev)
 
 
@@ -1096,10 +1128,15 @@ def _search(args) -> int:
 
     import torch.distributed as dist
 
+    out = check_output_path(args.out, "--out")  # before the search, not after it
     paths = _sample_paths(args.samples)
     tile = check_tile(args.tile, "--tile")
-    if args.max_candidates < 1 or args.query_tiles < 0 or args.rows_per_tile < 0 or args.seed < 0:
-        raise ValueError("--max-candidates must be >= 1; --query-tiles, --rows-per-tile and --seed >= 0")
+    for name, value, lo, hi in (("--max-candidates", args.max_candidates, 1, None),
+                                ("--query-tiles", args.query_tiles, 0, MAX_SAMPLED),
+                                ("--rows-per-tile", args.rows_per_tile, 0, MAX_SAMPLED),
+                                ("--seed", args.seed, 0, None)):
+        check_int(value, name, lo, hi)
+    edges = check_bucket_edges(args.bucket_edges, "--bucket-edges")
     device = _device(args.device)
     h0 = read_sample_header(paths[0])
     extra = json_loads(args.candidates_json, "--candidates-json") if args.candidates_json else ()
@@ -1112,15 +1149,15 @@ def _search(args) -> int:
         rank = dist.get_rank() if dist.is_initialized() else 0
         t0 = time.time()
         table = search_samples(
-            paths, tile=tile, candidates=cands, bucket_edges=args.bucket_edges,
+            paths, tile=tile, candidates=cands, bucket_edges=edges,
             query_tiles=args.query_tiles or None, rows_per_tile=args.rows_per_tile or None,
             seed=args.seed, device=device,
         )
         table.settings["seconds"] = time.time() - t0
         if rank == 0:
-            table.save(args.out)
+            table.save(out)
             print(table.summary())
-            print(f"wrote {args.out} in {table.settings['seconds']:.1f} s")
+            print(f"wrote {out} in {table.settings['seconds']:.1f} s")
     finally:
         if started:
             dist.destroy_process_group()
@@ -1141,6 +1178,7 @@ def _show(args) -> int:
 
 
 def _select(args) -> int:
+    check_output_path(args.out, "--out")
     table = LossTable.load(args.table)
     L, Hn, Dh, hidden = args.fingerprint
     preset = write_preset(

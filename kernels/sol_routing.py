@@ -34,7 +34,9 @@ import warnings
 
 import torch
 
+from ._checks import check_number
 from .block_mask import ROW_MAJOR_BLOCK, BlockLayout, block_layout, row_major_layout
+from .layout import check_grid, check_tile
 
 SOL_BLOCK = ROW_MAJOR_BLOCK
 
@@ -54,8 +56,9 @@ class BetaRangeWarning(UserWarning):
 
 
 def sol_tile_for_grid(grid) -> tuple:
-    """The 64-token tile of :data:`SOL_TILES` that leaves the fewest padding slots on ``grid``."""
-    T, H, W = grid
+    """The 64-token tile of :data:`SOL_TILES` that leaves the fewest padding slots on ``grid``
+    (a video grid within ``kernels.layout``'s limits, else a ValueError)."""
+    T, H, W = check_grid(grid)
 
     def slots(tile):
         return math.prod(-(-g // t) * t for g, t in zip((T, H, W), tile))
@@ -64,8 +67,6 @@ def sol_tile_for_grid(grid) -> tuple:
 
 
 def check_sol_tile(tile) -> tuple:
-    from .layout import check_tile
-
     tile = check_tile(tile)
     if math.prod(tile) != SOL_BLOCK:
         raise ValueError(f"tile {tile} must hold {SOL_BLOCK} tokens (bt·bh·bw = {SOL_BLOCK}), e.g. (2, 4, 8)")
@@ -79,8 +80,6 @@ def sol_layout(seq_len: int, grid=None, tile=None, device="cpu") -> BlockLayout:
         if tile is not None:
             raise ValueError("tile needs grid=(T, H, W) of the video tokens")
         return row_major_layout(seq_len, device)
-    from .layout import check_grid
-
     grid = check_grid(grid)
     n_grid = math.prod(grid)
     if n_grid > seq_len:
@@ -134,9 +133,7 @@ def block_thresholds(q_mean, k_mean, beta: torch.Tensor, estimator: str, scale: 
 
 def density_for_beta(beta: float) -> float:
     """Expected share of exact blocks for a β under the Gaussian model: 1 − Φ(β)."""
-    beta = float(beta)
-    if beta != beta:
-        raise ValueError("beta must not be NaN")
+    beta = check_number(beta, "beta")
     return 0.5 * math.erfc(beta / math.sqrt(2.0))
 
 
@@ -173,7 +170,7 @@ def warn_if_beta_outside_range(beta) -> None:
 
 def beta_for_density(rho: float) -> float:
     """β whose Gaussian tail 1 − Φ(β) equals rho, for 0 < rho < 1 (inverse of density_for_beta)."""
-    rho = float(rho)
+    rho = check_number(rho, "rho (target density)")
     if not 0.0 < rho < 1.0:
         raise ValueError(f"rho (target density) must be strictly between 0 and 1, got {rho}")
     return -statistics.NormalDist().inv_cdf(rho)

@@ -19,13 +19,17 @@ METHODS = ("sol_attn", "psa", "dense")
 ESTIMATORS = ("exact", "diag")
 BACKENDS = ("auto", "triton", "reference")
 PRESET_GRID_POLICIES = ("refuse", "rescale")  # kernels.presets.Preset.params_for_grid
+shown = kernels_module("_checks").shown  # an echoed value, cut short
 
 
 _BLOCK_RANGE = re.compile(r"\s*(-?[0-9]{1,9})\s*(?:(?<=[0-9])\s*-\s*(-?[0-9]{1,9}))?\s*", re.ASCII)
+MAX_LIST_TEXT = 1000  # characters of an index list widget (dense_blocks, the search's steps)
 
 
-def parse_block_list(text: str) -> tuple[tuple[int, int], ...]:
-    """Parse ``dense_blocks`` such as ``"0"``, ``"0-1,-1"`` or ``""`` into inclusive ranges.
+def parse_block_list(text: str, widget: str = "dense_blocks",
+                     unit: str = "block") -> tuple[tuple[int, int], ...]:
+    """Parse ``dense_blocks`` such as ``"0"``, ``"0-1,-1"`` or ``""`` into inclusive ranges
+    (also the search's ``steps``: ``widget`` and ``unit`` name them in errors).
 
     Negative numbers count from the end (``-1`` is the last block), as in Python. A range
     ``a-b`` needs ``a`` and ``b`` of the same sign after resolving; ``"-2--1"`` is the last two.
@@ -36,6 +40,8 @@ def parse_block_list(text: str) -> tuple[tuple[int, int], ...]:
     text = str(text).strip()
     if text == "" or text.lower() == "none":
         return ()
+    if len(text) > MAX_LIST_TEXT:
+        raise ValueError(f"{widget}: {len(text)} characters; at most {MAX_LIST_TEXT}")
     out = []
     for part in text.split(","):
         if part.strip() == "":
@@ -44,8 +50,8 @@ def parse_block_list(text: str) -> tuple[tuple[int, int], ...]:
         m = _BLOCK_RANGE.fullmatch(part)
         if m is None:
             raise ValueError(
-                f"dense_blocks: cannot read {part.strip()!r}; write block indices or ranges "
-                f"separated by commas, e.g. \"0\" or \"0-1,-1\" (-1 = last block)")
+                f"{widget}: cannot read {shown(part.strip())}; write {unit} indices or ranges "
+                f"separated by commas, e.g. \"0\" or \"0-1,-1\" (-1 = last {unit})")
         a = int(m.group(1))
         b = int(m.group(2)) if m.group(2) is not None else a
         out.append((a, b))
@@ -86,7 +92,7 @@ def parse_tile(text: str, widget: str = "sol_tile") -> Optional[tuple[int, int, 
     if len(tile) != 3 or any(v < 1 for v in tile):
         raise ValueError(
             f"{widget}: expected \"off\" or three positive integers bt,bh,bw (e.g. \"2,4,8\"), "
-            f"got {checks.shown(text)}")
+            f"got {shown(text)}")
     return kernels_module("layout").check_tile(tile, widget)
 
 
@@ -100,8 +106,8 @@ def parse_sol_tile(text: str):
         return SOL_TILE_AUTO
     tile = parse_tile(text, "sol_tile")
     if tile is not None and tile[0] * tile[1] * tile[2] != 64:
-        raise ValueError(f"sol_tile: {text!r} holds {tile[0] * tile[1] * tile[2]} tokens; a Sol block "
-                         "is 64 tokens (bt·bh·bw = 64, e.g. \"2,4,8\" or \"1,8,8\")")
+        raise ValueError(f"sol_tile: {shown(text)} holds {tile[0] * tile[1] * tile[2]} "
+                         "tokens; a Sol block is 64 tokens (bt·bh·bw = 64, e.g. \"2,4,8\" or \"1,8,8\")")
     return tile
 
 
@@ -144,19 +150,15 @@ class PatchConfig:
 
 
 def _num(name, value, lo=None, hi=None, integer=False, allow_neg_inf=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name}: expected a number, got {type(value).__name__} {value!r}")
-    v = float(value)
-    if math.isnan(v):
-        raise ValueError(f"{name}: NaN is not allowed")
+    v = kernels_module("_checks").check_number(value, name)
     if math.isinf(v) and not (allow_neg_inf and v < 0):
-        raise ValueError(f"{name}: must be finite, got {value!r}")
+        raise ValueError(f"{name}: must be finite, got {shown(value)}")
     if integer and v != int(v):
-        raise ValueError(f"{name}: expected a whole number, got {value!r}")
+        raise ValueError(f"{name}: expected a whole number, got {shown(value)}")
     if lo is not None and v < lo:
-        raise ValueError(f"{name}: must be ≥ {lo}, got {value!r}")
+        raise ValueError(f"{name}: must be ≥ {lo}, got {shown(value)}")
     if hi is not None and v > hi:
-        raise ValueError(f"{name}: must be ≤ {hi}, got {value!r}")
+        raise ValueError(f"{name}: must be ≤ {hi}, got {shown(value)}")
     return int(v) if integer else v
 
 
@@ -166,16 +168,19 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
                 preset_grid="refuse") -> PatchConfig:
     """Validate widget values; raise ValueError/TypeError naming the widget."""
     if method not in METHODS:
-        raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {method!r}")
+        raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {shown(method)}")
     if estimator not in ESTIMATORS:
-        raise ValueError(f"estimator: expected one of {', '.join(ESTIMATORS)}, got {estimator!r}")
+        raise ValueError(f"estimator: expected one of {', '.join(ESTIMATORS)}, got {shown(estimator)}")
     if backend not in BACKENDS:
-        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {backend!r}")
+        raise ValueError(f"backend: expected one of {', '.join(BACKENDS)}, got {shown(backend)}")
     if preset_grid not in PRESET_GRID_POLICIES:
         raise ValueError(f"preset_grid: expected one of {', '.join(PRESET_GRID_POLICIES)}, "
-                         f"got {preset_grid!r}")
-    beta = _num("beta", beta, allow_neg_inf=True)
+                         f"got {shown(preset_grid)}")
+    beta = kernels_module("_checks").check_beta(_num("beta", beta, allow_neg_inf=True))
     target_sparsity = _num("target_sparsity", target_sparsity, 0.0, 0.999)
+    if target_sparsity > 0.0 and 1.0 - target_sparsity == 1.0:  # no β reaches that density
+        raise ValueError(f"target_sparsity: {shown(target_sparsity)} is too small to aim at (1 - target_sparsity "
+                         "rounds to 1); use 0 to run with beta")
     warmup = _num("warmup", warmup, 0.0, 1.0)
     final_dense = _num("final_dense", final_dense, 0.0, 1.0)
     if warmup + final_dense > 1.0:

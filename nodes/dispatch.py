@@ -35,10 +35,12 @@ grid) → ``backend`` (auto on a machine without CUDA) / ``device`` / ``dtype`` 
 ``kernels.psa_mask``'s size limits: ``kernels.presets.Preset.params_for_grid``) →
 ``low_precision`` (the caller passed ``low_precision_attention=False``, as ComfyUI 0.33 does
 for masked or image attention) → ``gqa`` (``enable_gqa``: the kernels take one key head per
-query head) / ``scale`` (a ``scale`` keyword that is not a positive number) → sparse, with the
-caller's ``scale`` if it passed one. An exception while deciding (``plan_error``) or in
+query head) / ``scale`` (a ``scale`` keyword the kernels refuse) → ``grad`` (q, k or v require
+gradients with grad mode on: the kernels have no backward pass) → sparse, with the caller's
+``scale`` if it passed one. An exception while deciding (``plan_error``) or in
 the kernel (``kernel_error``) falls back to dense: nothing a preset or a widget holds can fail
-the sampler. Every reason is logged once per patched model; unexpected ones as warnings.
+the sampler. ComfyUI's interrupt is not caught there (:func:`is_cancel`): Cancel stops the run.
+Every reason is logged once per patched model; unexpected ones as warnings.
 
 Guards against a patch that silently does nothing, each warned once per patched model, in the
 log and in the run summary's ``warnings`` (the Inspector's ``summary``):
@@ -68,8 +70,8 @@ HunyuanVideo's text tokens, dense both ways, are not counted).
 from __future__ import annotations
 
 import logging
-import math
 import os
+import sys
 import warnings
 from collections import defaultdict
 from typing import NamedTuple, Optional
@@ -80,6 +82,7 @@ from . import ops
 from ._kernels import kernels_module
 
 _layout = kernels_module("layout")  # at import: the call path may run inside torch.compile
+_checks = kernels_module("_checks")
 from .adapters.base import register_hooks
 from .config import SOL_TILE_AUTO, PatchConfig, resolve_blocks
 from .schedule import Schedule, locate
@@ -116,7 +119,8 @@ _REASON_TEXT = {
     "low_precision": "the caller asked for full-precision attention (low_precision_attention=False)",
     "gqa": "the caller asked for grouped-query attention (enable_gqa); the sparse kernels take as "
            "many key/value heads as query heads",
-    "scale": "the caller's softmax scale is not a positive finite number",
+    "scale": "the caller's softmax scale is not a positive number in float32's range",
+    "grad": "q, k or v require gradients (training) and the sparse kernels have no backward pass",
 }
 
 PLACE_LAST = ("place the Sparse Attention Patch last, after ModelAttentionBackend / Sage / other "
@@ -144,6 +148,14 @@ def comfyui_version() -> str:
         return str(v.__version__)
     except Exception:  # pragma: no cover - not inside ComfyUI
         return "unknown"
+
+
+def is_cancel(e: BaseException) -> bool:
+    """True for ComfyUI's interrupt (the user's Cancel, ``/interrupt``). Every guard that turns
+    an exception into a dense fallback re-raises it: ComfyUI clears its interrupt flag when it
+    raises, so a swallowed one lets the run go on to the end."""
+    mm = sys.modules.get("comfy.model_management")  # only ComfyUI's own, never imported here
+    return mm is not None and isinstance(e, mm.InterruptProcessingException)
 
 
 def displacement_fix(displaced_by: str) -> str:
@@ -300,7 +312,7 @@ def call_args(args, kwargs):
 def call_options(kwargs) -> tuple[Optional[str], object]:
     """``(None, scale)`` for the keyword options of a call that the kernels honour (``scale``:
     the softmax scale, None for 1/√head dim), else ``(reason, detail)`` to stay dense:
-    ``low_precision_attention=False``, ``enable_gqa``, a scale that is not a positive number."""
+    ``low_precision_attention=False``, ``enable_gqa``, a scale the kernels refuse."""
     if kwargs.get("low_precision_attention", True) is False:
         return "low_precision", ""
     if kwargs.get("enable_gqa", False):
@@ -309,12 +321,9 @@ def call_options(kwargs) -> tuple[Optional[str], object]:
     if scale is None:
         return None, None
     try:
-        value = float(scale)
-    except (TypeError, ValueError, RuntimeError):
-        return "scale", f"scale {scale!r}"
-    if not math.isfinite(value) or value <= 0.0:
-        return "scale", f"scale {value}"
-    return None, value
+        return None, _checks.resolve_scale(scale, 1)  # the kernels' own bounds
+    except ValueError as e:
+        return "scale", str(e)
 
 
 def tokens_of(t: torch.Tensor, skip_reshape: bool) -> int:
@@ -403,7 +412,7 @@ class SparseAttention:
 
     # ------------------------------------------------------------------ logging / stats
     def _note(self, reason: str, detail: str = ""):
-        detail = kernels_module("_checks").clip(detail, 1000)
+        detail = _checks.clip(detail, 1000)
         self.stats.notes.setdefault(reason, _REASON_TEXT.get(reason, reason)
                                     + (f": {detail}" if detail else ""))
         if reason in self._logged:
@@ -718,6 +727,8 @@ class SparseAttention:
                     log.warning("[sparse-video-attention] %s", w.message)
                 self._grid_presets[grid] = (p, "")
             except Exception as e:  # a refusal (ValueError), or e.g. no memory: not the run's problem
+                if is_cancel(e):
+                    raise
                 why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
                 self._grid_presets[grid] = (None, why)
         return self._grid_presets[grid]
@@ -743,10 +754,14 @@ class SparseAttention:
         try:
             reason, plan = self.decide(q, k, heads, mask, skip_reshape)
         except Exception as e:  # never crash a workflow
+            if is_cancel(e):
+                raise
             reason, plan = "plan_error", f"{type(e).__name__}: {e}"
         if reason is None:
             reason, scale = call_options(kwargs)
             plan = dict(plan, scale=scale) if reason is None else scale
+        if reason is None and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+            reason, plan = "grad", ""
         if reason == "mask":
             plan = (f"mask {tuple(mask.shape)} on {tokens_of(q, skip_reshape)} queries x "
                     f"{tokens_of(k, skip_reshape)} keys")
@@ -759,6 +774,8 @@ class SparseAttention:
         try:
             out, density = self._run_sparse(q, k, v, heads, skip_reshape, plan)
         except Exception as e:  # never crash a workflow
+            if is_cancel(e):
+                raise
             self._note("kernel_error", f"{type(e).__name__}: {e}")
             self._count("kernel_error")
             if in_video:

@@ -16,18 +16,20 @@ from comfy_api.latest import io
 from ._kernels import kernels_module
 from .node_patch import Preset
 from .presets import MODELS_SUBFOLDER, presets_dir
-from .search import (MAX_CANDIDATES, QKV_SUBFOLDER, TABLES_SUBFOLDER, make_search_config,
+from .search import (MAX_CANDIDATES, QKV_SUBFOLDER, SET_ASIDE, TABLES_SUBFOLDER, make_search_config,
                      patch_model_for_search)
 
 CATEGORY = "model_patches/sparse_attention"
 
 
 def list_tables() -> list[str]:
+    """The loss tables Select offers: those in models/psa_loss_tables/ but the ones set aside."""
     try:
         import folder_paths
-        return sorted(folder_paths.get_filename_list(TABLES_SUBFOLDER))
+        names = folder_paths.get_filename_list(TABLES_SUBFOLDER)
     except Exception:
         return []
+    return sorted(n for n in names if not SET_ASIDE.fullmatch(n))
 
 
 class PSAMaskSearch(io.ComfyNode):
@@ -87,6 +89,7 @@ class PSAMaskSearch(io.ComfyNode):
                                          "size is estimated and logged before writing."),
                 io.Float.Input("qkv_max_gb", default=20.0, min=0.0, max=100000.0, step=1.0,
                                tooltip="save_qkv writes nothing when the estimate for this run "
+                                       "plus the samples already in the table's sample folder "
                                        "exceeds this many gigabytes (10^9 bytes)."),
             ],
             outputs=[io.Model.Output(tooltip="The model with the search attached; its sampled "
@@ -117,7 +120,8 @@ class PSAMaskSelect(io.ComfyNode):
                 io.Combo.Input("table", options=list_tables(),
                                tooltip=f"Loss table from 'PSA Mask Search' in "
                                        f"models/{TABLES_SUBFOLDER}/ (refresh the page after a "
-                                       "search run to see a new one)."),
+                                       "search run to see a new one; tables the search set "
+                                       "aside as .corrupt-… or .replaced-… are not listed)."),
                 io.Combo.Input("rule", options=["alpha", "target_sparsity"], default="alpha",
                                tooltip="alpha: per head the sparsest mask whose loss ≤ α. "
                                        "target_sparsity: per head the lowest-loss mask at least "
@@ -153,37 +157,44 @@ class PSAMaskSelect(io.ComfyNode):
         import folder_paths
         ps = kernels_module("psa_search")
         pr = kernels_module("presets")
+        shown = kernels_module("_checks").shown
+        # the widgets first: an error names the widget that causes it, never the table
         pr.check_name(preset_name, "preset_name")
+        if rule not in ("alpha", "target_sparsity"):
+            raise ValueError(f"rule: expected alpha or target_sparsity, got {shown(rule)}")
+        author = pr.FieldChecks.str_(author or "", "author", pr.MAX_AUTHOR)
+        try:
+            out = os.path.join(presets_dir(), f"{preset_name}.json")
+        except OSError as e:
+            raise ValueError(f"preset_name: cannot create the preset folder ({e.strerror or type(e).__name__}: "
+                             f"{e.filename})") from None
         path = folder_paths.get_full_path(TABLES_SUBFOLDER, table) if table else None
         if not path:
-            raise ValueError(f"table: {table!r} is not in models/{TABLES_SUBFOLDER}/")
+            raise ValueError(f"table: {shown(table)} is not in models/{TABLES_SUBFOLDER}/")
         try:
             t = ps.LossTable.load(path)  # validated: its grid, tile and settings are bounded
-        except ValueError as e:
+        except (ValueError, OSError) as e:
             raise ValueError(f"table: {e}") from None
         st = t.settings
         missing = [k for k in ("family", "fingerprint") if k not in st]
         if missing:
-            raise ValueError(f"table: {table} has no {', '.join(missing)} (not written by 'PSA "
+            raise ValueError(f"table: {shown(table)} has no {', '.join(missing)} (not written by 'PSA "
                              "Mask Search'); select with python -m kernels.psa_search select "
                              "--fingerprint ...")
         if rule == "alpha":
             sel = t.select(alpha=alpha, metric=metric)
-        elif rule == "target_sparsity":
-            sel = t.select(target_sparsity=target_sparsity, metric=metric)
         else:
-            raise ValueError(f"rule: expected alpha or target_sparsity, got {rule!r}")
-        out = os.path.join(presets_dir(), f"{preset_name}.json")
+            sel = t.select(target_sparsity=target_sparsity, metric=metric)
         try:
             preset = pr.preset_from_selection(
                 sel, name=preset_name, family=st["family"], model_name=st.get("model_name", ""),
                 fingerprint=st["fingerprint"], grid=t.grid, tile=t.tile,
                 candidates=int(t.candidates.shape[0]), prompts=st.get("prompts", 1),
-                settings=st, author=author or "",
+                settings=st, author=author,
                 notes=f"Searched in ComfyUI with 'PSA Mask Search' (table {table}, steps "
                       f"{str(st.get('steps', 'all'))[:100]}, {int(t.calls.sum())} calls).")
         except ValueError as e:
-            raise ValueError(f"table: {table}: {e}") from None
+            raise ValueError(f"table: {shown(table)}: {e}") from None
         try:
             pr.save_preset(preset, out, overwrite=bool(overwrite))  # never through a link
         except ValueError as e:

@@ -19,9 +19,12 @@ adapter in :data:`FAMILY_NAMES` (``wan`` also accepts ``wan2.1``/``wan2.2``: Wan
 """
 from __future__ import annotations
 
+import logging
 import os
 
 from ._kernels import kernels_module
+
+log = logging.getLogger("sparse_video_attention")
 
 PRESET_EXTENSIONS = (".json",)
 MODELS_SUBFOLDER = "sparse_attention_presets"
@@ -74,13 +77,27 @@ def preset_folders() -> list[str]:
 
 
 def list_presets() -> list[str]:
-    """Names for the loader's list: bare ``*.json`` files of :func:`preset_folders`."""
+    """Names for the loader's list: the files of :func:`preset_folders` that the loader finds
+    by that name (``kernels.presets.resolve_preset_path``: bare names, regular files, no link
+    out of the folder). Never raises: ComfyUI drops a node whose list raises, shipped presets
+    and all, so an unreadable folder is skipped with a warning."""
+    folders = preset_folders()
     names = set()
-    for folder in preset_folders():
-        for f in os.listdir(folder):
-            if f.lower().endswith(PRESET_EXTENSIONS) and os.path.isfile(os.path.join(folder, f)):
-                names.add(f)
-    return sorted(names)
+    for folder in folders:
+        try:
+            names.update(os.listdir(folder))
+        except OSError as e:
+            log.warning("[sparse-video-attention] cannot list the preset folder %s (%s); its "
+                        "presets are not offered", folder, e.strerror or type(e).__name__)
+    resolve = presets_module().resolve_preset_path
+    listed = []
+    for name in sorted(names):
+        try:
+            resolve(name, folders)
+        except ValueError:
+            continue
+        listed.append(name)
+    return listed
 
 
 def load_named_preset(name: str):
@@ -88,8 +105,8 @@ def load_named_preset(name: str):
     mod = presets_module()
     folders = preset_folders()
     if not folders:
-        raise ValueError(f"preset {name!r}: no preset folder exists (models/{MODELS_SUBFOLDER}/ "
-                         "or the pack's mask_presets/)")
+        raise ValueError(f"preset {kernels_module('_checks').shown(name)}: no preset folder exists "
+                         f"(models/{MODELS_SUBFOLDER}/ or the pack's mask_presets/)")
     return mod.load_preset(name, folders=folders)
 
 

@@ -10,7 +10,8 @@ table is written as safetensors (``LossTable.save``) to ``models/psa_loss_tables
 (``LossTable.merge``: one run per prompt adds up). Optionally each evaluated call's q/k/v is
 saved for the offline CLI (``python -m kernels.psa_search search``) to
 ``models/psa_qkv_samples/<name>/``, after a size estimate is logged, and only when the
-estimate fits ``qkv_max_gb``.
+estimate plus the samples already in that folder fit ``qkv_max_gb`` (the cap is on the
+folder, which runs with ``accumulate`` keep filling).
 
 Units: the accumulator's ``step`` is the denoising progress step / total steps in [0, 1)
 (the unit of preset step buckets), computed on the full schedule (KSamplerAdvanced splits
@@ -22,7 +23,10 @@ for another grid, tile, candidate set or model to ``<name>.replaced-<time>.safet
 new table is written and the run summary (``search.warnings``), the log and the ComfyUI
 frontend (text on the node being executed, :func:`show_in_ui`) say so. Nothing is written
 through a symbolic link (``kernels._files``): a link in place of the table or of the q/k/v
-folder is refused, and the refusal reported the same way.
+folder is refused, and the refusal reported the same way. So are Q/K/V samples that are not
+written (over ``qkv_max_gb``, a file in place of the folder, a failed write: ``search.qkv_refused``
+says why; the calls are evaluated all the same). A cancelled run (ComfyUI's interrupt,
+which the guards here let through) writes no table.
 """
 from __future__ import annotations
 
@@ -34,17 +38,18 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
-
 from ._kernels import kernels_module
 from .config import PatchConfig, parse_block_list, parse_tile
-from .dispatch import EXPECTED_REASONS, _REASON_TEXT, SparseAttention, call_args, kernel_input, tokens_of
+from .dispatch import (EXPECTED_REASONS, _REASON_TEXT, SparseAttention, call_args, is_cancel,
+                       kernel_input, tokens_of)
 from .presets import model_fingerprint, preset_family
 
 log = logging.getLogger("sparse_video_attention")
 
 TABLES_SUBFOLDER = "psa_loss_tables"
 QKV_SUBFOLDER = "psa_qkv_samples"
+# the names move_aside gives: kept for the user to look at or delete, never offered by Select
+SET_ASIDE = re.compile(r".*\.(?:corrupt|replaced)-[0-9]{8}-[0-9]{6}(?:-[0-9]+)?\.safetensors", re.ASCII)
 MAX_CANDIDATES = 4096  # the widget's maximum; candidates × blocks² also meets kernels.psa_mask's limit
 
 _REASON_TEXT.update({
@@ -83,10 +88,7 @@ def make_search_config(name="psa_search", tile="3,8,16", steps="", bucket_edges=
     t = parse_tile(tile, "tile")
     if t is None:
         raise ValueError("tile: the search needs a PSA tile bt,bh,bw in tokens, e.g. \"3,8,16\"")
-    try:
-        step_ranges = parse_block_list(steps)
-    except ValueError as e:
-        raise ValueError(str(e).replace("dense_blocks", "steps").replace("block", "step")) from None
+    step_ranges = parse_block_list(steps, "steps", "step")
     checks = kernels_module("_checks")
     try:
         edges = tuple(checks.parse_float(x, "bucket_edges")
@@ -94,18 +96,17 @@ def make_search_config(name="psa_search", tile="3,8,16", steps="", bucket_edges=
     except ValueError:
         raise ValueError(f"bucket_edges: expected progress values in (0, 1) separated by "
                          f"commas, e.g. \"0.5\", got {checks.shown(bucket_edges)}") from None
-    if any(not 0.0 < e < 1.0 for e in edges) or any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ValueError(f"bucket_edges: must be strictly ascending inside (0, 1), got {list(edges)}")
+    edges = tuple(kernels_module("presets").check_bucket_edges(edges, "bucket_edges"))
     ints = {}
     for key, v, lo, hi in (("max_candidates", max_candidates, 1, MAX_CANDIDATES),
                            ("query_tiles", query_tiles, 0, None), ("rows_per_tile", rows_per_tile, 0, None),
                            ("seed", seed, 0, None)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
             rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            raise ValueError(f"{key}: expected a whole number {rng}, got {v!r}")
+            raise ValueError(f"{key}: expected a whole number {rng}, got {checks.shown(v)}")
         ints[key] = v
     if not isinstance(qkv_max_gb, (int, float)) or not qkv_max_gb >= 0:
-        raise ValueError(f"qkv_max_gb: expected a number >= 0, got {qkv_max_gb!r}")
+        raise ValueError(f"qkv_max_gb: expected a number >= 0, got {checks.shown(qkv_max_gb)}")
     return SearchConfig(name=name, tile=t, steps=step_ranges, steps_text=str(steps),
                         bucket_edges=edges, max_candidates=ints["max_candidates"],
                         query_tiles=ints["query_tiles"] or None,
@@ -127,11 +128,23 @@ def resolve_steps(ranges, total: int) -> frozenset:
     return frozenset(out)
 
 
-def _folder(sub: str) -> str:
+def _models_path(sub: str) -> str:
+    """The first folder registered for ``models/<sub>``."""
     import folder_paths
-    path = folder_paths.get_folder_paths(sub)[0]
+    return folder_paths.get_folder_paths(sub)[0]
+
+
+def _folder(sub: str) -> str:
+    """:func:`_models_path`, created."""
+    path = _models_path(sub)
     os.makedirs(path, exist_ok=True)
     return path
+
+
+def _bytes_in(folder: str) -> int:
+    """Bytes of the regular files directly in ``folder`` (links not followed)."""
+    with os.scandir(folder) as entries:
+        return sum(e.stat(follow_symlinks=False).st_size for e in entries if e.is_file(follow_symlinks=False))
 
 
 def register_folders() -> None:
@@ -219,23 +232,41 @@ class SearchAttention(SparseAttention):
         self.qkv_refused = ""
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
         self.table_written = None
+        self.warnings = []  # this run's problems with its table or samples (_warn)
 
     # ------------------------------------------------------------------ run
     def outer_sample(self, executor, *args, **kwargs):
         self._reset_run()
         out = super().outer_sample(executor, *args, **kwargs)  # raises: nothing is written
+        info = self.last_run["search"] = {
+            "table_name": self.search.name, "evaluated_calls": self.evaluated, "table": None,
+            "qkv_dir": self.qkv_dir, "qkv_files": self.qkv_files, "qkv_bytes": self.qkv_bytes}
+        if self.qkv_refused:
+            info["qkv_refused"] = self.qkv_refused
         try:
-            self._finish()
+            self._finish(info)
         except Exception as e:  # never fail the workflow after its video is done
-            self.last_run["search"]["error"] = f"{type(e).__name__}: {e}"
+            if is_cancel(e):
+                raise
+            info["error"] = f"{type(e).__name__}: {e}"
             self._warn(f"could not write the loss table ({type(e).__name__}: {e})")
+        if self.warnings:
+            info["warnings"] = self.warnings
         return out
 
     def _warn(self, text: str) -> None:
-        """A problem with this run's table: in the log, the run summary and the frontend."""
+        """A problem with this run's table or samples: in the log, the run summary
+        (``search.warnings``) and the frontend."""
         log.warning("[sparse-video-attention] PSA mask search: %s", text)
-        self.last_run.setdefault("search", {}).setdefault("warnings", []).append(text)
+        self.warnings.append(text)
         show_in_ui(f"PSA Mask Search warning: {text}")
+
+    def _refuse_qkv(self, why: str) -> None:
+        """No (more) Q/K/V samples this run, and why."""
+        self.qkv_dir = None
+        self.qkv_refused = f"{why}; no samples written" if not self.qkv_files else \
+            f"{why}; no samples written after the first {self.qkv_files}"
+        self._warn(f"Q/K/V samples: {self.qkv_refused}")
 
     def _steps_this_run(self):
         sc = self.schedule
@@ -246,14 +277,8 @@ class SearchAttention(SparseAttention):
         here = range(sc.offset, sc.offset + len(sc.sigmas) - 1)
         return chosen, sum(1 for i in here if i in chosen)
 
-    def _finish(self):
-        summary = self.last_run
-        info = {"table_name": self.search.name, "evaluated_calls": self.evaluated,
-                "table": None, "qkv_dir": self.qkv_dir, "qkv_files": self.qkv_files,
-                "qkv_bytes": self.qkv_bytes}
-        if self.qkv_refused:
-            info["qkv_refused"] = self.qkv_refused
-        summary["search"] = info
+    def _finish(self, info: dict):
+        """Write (or extend) this run's loss table; ``info`` is the run summary's ``search``."""
         if self.acc is None:
             log.warning("[sparse-video-attention] PSA mask search: no video self-attention "
                         "call was evaluated in this run; no loss table written")
@@ -318,6 +343,8 @@ class SearchAttention(SparseAttention):
             try:
                 reason, detail = self._evaluate(q, k, v, heads, skip_reshape, span)
             except Exception as e:  # never crash a workflow
+                if is_cancel(e):
+                    raise
                 reason, detail = "search_error", f"{type(e).__name__}: {e}"
         self._note(reason, detail)
         self._count(reason)
@@ -339,10 +366,14 @@ class SearchAttention(SparseAttention):
             ps = kernels_module("psa_search")
             name = f"{self.run_id}_s{self.fwd.step if self.fwd.step is not None else 0:04d}_L{block:03d}" \
                    f"_c{self.evaluated:05d}.safetensors"
-            self.qkv_bytes += ps.save_qkv_sample(os.path.join(self.qkv_dir, name), q4, k4, v4,
-                                                 layer=block, step=progress, grid=grid,
-                                                 extra_tokens=extra)
-            self.qkv_files += 1
+            try:
+                self.qkv_bytes += ps.save_qkv_sample(os.path.join(self.qkv_dir, name), q4, k4, v4,
+                                                     layer=block, step=progress, grid=grid,
+                                                     extra_tokens=extra)
+            except ValueError as e:  # the call itself was evaluated
+                self._refuse_qkv(f"writing {name} failed ({e})")
+            else:
+                self.qkv_files += 1
         if self.pbar is not None:
             self.pbar.update(1)
         return "search_evaluated", ""
@@ -367,16 +398,25 @@ class SearchAttention(SparseAttention):
         if s.save_qkv:
             per_call = ps.estimate_sample_bytes(tuple(q4.shape), q4.dtype)
             total = per_call * expected
-            folder = os.path.join(_folder(QKV_SUBFOLDER), s.name)
+            folder = os.path.join(_models_path(QKV_SUBFOLDER), s.name)  # created when samples fit
             log.info("[sparse-video-attention] PSA mask search: Q/K/V samples: about %.2f GB "
                      "(%d calls x %.1f MB) to %s", total / 1e9, expected, per_call / 1e6, folder)
-            if total > s.qkv_max_gb * 1e9:
-                self.qkv_refused = (f"estimated {total / 1e9:.2f} GB exceeds qkv_max_gb="
-                                    f"{s.qkv_max_gb:g}; no samples written")
-                log.warning("[sparse-video-attention] PSA mask search: %s", self.qkv_refused)
-            elif os.path.islink(folder):
-                self.qkv_refused = f"{folder} is a symbolic link; no samples written through it"
-                log.warning("[sparse-video-attention] PSA mask search: %s", self.qkv_refused)
-            else:
-                os.makedirs(folder, exist_ok=True)
-                self.qkv_dir = folder
+            self._open_sample_folder(folder, total)
+
+    def _open_sample_folder(self, folder: str, estimate: int) -> None:
+        """Set ``qkv_dir`` to ``folder`` when this run's ``estimate`` (bytes) plus the samples
+        already there fit ``qkv_max_gb`` and the folder can be written; else say why not."""
+        cap = self.search.qkv_max_gb
+        if os.path.islink(folder):
+            return self._refuse_qkv(f"{folder} is a symbolic link, never written through")
+        if os.path.lexists(folder) and not os.path.isdir(folder):
+            return self._refuse_qkv(f"{folder} is a file, not a folder (move it away)")
+        try:
+            present = _bytes_in(folder) if os.path.isdir(folder) else 0
+            if estimate + present > cap * 1e9:
+                return self._refuse_qkv(f"this run's estimated {estimate / 1e9:.3g} GB plus the "
+                                        f"{present / 1e9:.3g} GB already in {folder} exceeds qkv_max_gb={cap:g}")
+            os.makedirs(folder, exist_ok=True)
+        except OSError as e:
+            return self._refuse_qkv(f"cannot use the folder {folder} ({e.strerror or type(e).__name__})")
+        self.qkv_dir = folder

@@ -66,3 +66,17 @@ def test_readme_states_the_range():
               f"down to ~{100 * sol_routing.density_for_beta(hi):.3f} %)").replace("-", "−")
     assert stated in text, f"README.md should say: {stated}"
 
+
+
+@pytest.mark.parametrize("beta", [1e39, -1e39, -1e308, 10 ** 400, torch.tensor([1.0, 1e39], dtype=torch.float64)],
+                         ids=["1e39", "-1e39", "-1e308", "10**400", "per-head float64"])
+def test_a_finite_beta_beyond_float32_is_refused_by_name(beta):
+    """The routing computes in float32, where such a β would silently turn into ±inf."""
+    q, k, v = qkv()
+    for call in (kernels.sol_attention_reference, kernels.sol_block_selection):
+        with pytest.raises(ValueError, match="^beta: must be -inf, inf or a number within float32's range"):
+            call(q, k, v, beta=beta)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", sol_routing.BetaRangeWarning)
+        for limit in (math.inf, -math.inf, torch.finfo(torch.float32).max):
+            assert not kernels.sol_attention_reference(q, k, v, beta=limit).isnan().any()

@@ -80,7 +80,25 @@ def test_regular_files_are_written_and_replaced(folders, kind):
     write(inside / name)                                  # replaced in place, atomically
     assert os.path.getsize(inside / name) == first and not os.path.islink(inside / name)
     assert sorted(os.listdir(inside)) == [name]
-    assert oct(os.stat(inside / name).st_mode & 0o777) == oct(0o644)
+
+
+@pytest.fixture(params=[0o022, 0o077, 0o027])
+def umask(request):
+    """The process umask for one test (restored afterwards)."""
+    previous = os.umask(request.param)
+    yield request.param
+    os.umask(previous)
+
+
+@pytest.mark.parametrize("kind", sorted(WRITERS))
+def test_files_get_the_umask_permissions(folders, kind, umask):
+    """Decision (docs/HARDENING.md): a file gets what the umask gives any new file, both when it
+    is created and when it replaces one: samples hold activations of the user's prompts."""
+    inside, _ = folders
+    write, name = WRITERS[kind]
+    for _ in range(2):
+        write(inside / name)
+        assert oct(os.stat(inside / name).st_mode & 0o777) == oct(0o666 & ~umask)
 
 
 def test_preset_without_overwrite_refuses_an_existing_file(folders):

@@ -91,7 +91,7 @@ def test_nodes_registered_with_tooltips(comfy, pack):
     ({"sol_tile": "99999999,1,1"}, "sol_tile.t must be <= 256"),       # issue 11: bounded, ASCII
     ({"sol_tile": "１,8,8"}, "sol_tile: expected"),
     ({"dense_blocks": "１"}, "dense_blocks: cannot read"),
-    ({"dense_blocks": "9" * 5000}, "dense_blocks: cannot read"),
+    ({"dense_blocks": "9" * 5000}, "dense_blocks: 5000 characters; at most 1000"),
     ({"backend": "cuda"}, "backend"),
     ({"method": "psa"}, "preset"),               # psa without a preset
     ({"preset_grid": "stretch"}, "preset_grid"),

@@ -246,6 +246,25 @@ def test_callers_scale_reaches_the_kernels_and_gqa_runs_dense(pack, wan, comfy):
     assert d.stats.sparse == 2 and dict(d.stats.dense) == {"gqa": 1, "scale": 4}
 
 
+def test_calls_that_need_gradients_run_dense(pack, wan, comfy):  # noqa: F811
+    """Decision (docs/HARDENING.md): the kernels have no backward pass, so a patched model that
+    is trained runs dense attention, with gradients; sampling (no grad) is unchanged."""
+    import comfy.ldm.modules.attention as attention
+    d = _live(pack, patch(pack, wan.patcher, warmup=0.0, dense_blocks=""))
+    d.stats = pack.dispatch.RunStats()
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(1, 72, 256, generator=g) for _ in range(3))
+    q.requires_grad_()
+    out = d(attention.attention_basic, q, k, v, 2)
+    torch.testing.assert_close(out, attention.attention_basic(q, k, v, 2))
+    out.sum().backward()
+    assert q.grad is not None and dict(d.stats.dense) == {"grad": 1} and d.stats.sparse == 0
+    assert "no backward pass" in d.stats.notes["grad"]
+    with torch.no_grad():
+        d(attention.attention_basic, q, k, v, 2)
+    assert d.stats.sparse == 1
+
+
 @pytest.mark.skipif(VERSION == "0.3.75", reason="ComfyUI 0.3.75 has no AttentionTensorContainer")
 def test_attention_tensor_containers_reach_the_dispatcher_as_tensors(pack, wan, comfy):  # noqa: F811
     import comfy.ldm.modules.attention as attention

@@ -166,6 +166,58 @@ class FakePromptServer:
         self.texts.append((node_id, text))
 
 
+@pytest.fixture
+def prompt_server(monkeypatch):
+    """The texts the frontend would show under the node being executed."""
+    server = types.SimpleNamespace(PromptServer=types.SimpleNamespace(instance=FakePromptServer()))
+    monkeypatch.setitem(sys.modules, "server", server)
+    return server.PromptServer.instance.texts
+
+
+def sample_as_node_7(tiny, model):
+    from comfy_execution.utils import CurrentNodeContext
+    with CurrentNodeContext("prompt-1", "7"):             # as when the KSampler node runs
+        H.sample(tiny, steps=STEPS, model=model)
+
+
+def test_a_file_where_the_sample_folder_goes_is_reported_and_every_call_evaluated(pack, wan,  # noqa: F811
+                                                                                  prompt_server):
+    tiny, _ = wan
+    blocker = os.path.join(folder("psa_qkv_samples"), "qkv_blocked")
+    with open(blocker, "w") as f:
+        f.write("not a folder")
+    m = search(pack, tiny.patcher, "qkv_blocked", save_qkv=True)
+    sample_as_node_7(tiny, m)
+    s = summary(pack, m)["search"]
+    assert s["evaluated_calls"] == STEPS * 2 and s["qkv_files"] == 0
+    assert blocker in s["qkv_refused"] and "is a file, not a folder" in s["qkv_refused"]
+    assert s["warnings"] == [f"Q/K/V samples: {s['qkv_refused']}"]
+    assert len(prompt_server) == 1 and prompt_server[0][0] == "7" and blocker in prompt_server[0][1]
+    ps = pack._kernels.kernels_module("psa_search")
+    assert ps.LossTable.load(s["table"]).calls.tolist() == [[STEPS], [STEPS]]
+
+
+def test_a_sample_that_cannot_be_written_is_reported(pack, wan, prompt_server, monkeypatch):  # noqa: F811
+    tiny, _ = wan
+    ps = pack._kernels.kernels_module("psa_search")
+    save = ps.save_qkv_sample
+    written = []
+
+    def disk_fills_up(path, *args, **kwargs):
+        if written:
+            raise ValueError(f"cannot write {path}: No space left on device")
+        written.append(path)
+        return save(path, *args, **kwargs)
+    monkeypatch.setattr(ps, "save_qkv_sample", disk_fills_up)
+    m = search(pack, tiny.patcher, "qkv_disk_full", save_qkv=True)
+    sample_as_node_7(tiny, m)
+    s = summary(pack, m)["search"]
+    assert s["evaluated_calls"] == STEPS * 2 and s["qkv_files"] == 1
+    assert "No space left on device" in s["qkv_refused"] and "after the first 1" in s["qkv_refused"]
+    assert len(s["warnings"]) == 1 and "No space left on device" in s["warnings"][0]
+    assert len(prompt_server) == 1 and "No space left on device" in prompt_server[0][1]
+
+
 def test_corrupt_table_is_moved_aside_and_reported(pack, wan, monkeypatch):  # noqa: F811
     from comfy_execution.utils import CurrentNodeContext
     tiny, _ = wan

@@ -13,7 +13,7 @@ import torch
 import comfyui_harness as H
 from kernels.presets import load_preset
 from kernels.psa_mask import psa_mask
-from kernels.psa_search import LossTable, load_qkv_sample, search_samples
+from kernels.psa_search import LossTable, estimate_sample_bytes, load_qkv_sample, search_samples
 from test_nodes import _live, _values, comfy, pack, patch, sample_seeing_hunyuan_layers, summary  # noqa: F401
 
 STEPS = 4
@@ -114,6 +114,24 @@ def test_saved_qkv_reproduce_the_table_offline(pack, wan, caplog):  # noqa: F811
     assert s["qkv_files"] == 0 and "exceeds qkv_max_gb" in s["qkv_refused"]
 
 
+def test_qkv_max_gb_caps_the_sample_folder_not_one_run(pack, wan):  # noqa: F811
+    """Decision (docs/HARDENING.md): runs that accumulate keep filling one folder, so the cap
+    counts what is already there."""
+    tiny, _ = wan
+    per_run = STEPS * 2 * estimate_sample_bytes((1, 72, 2, 128), torch.float32)
+    cap_gb = 1.5 * per_run / 1e9                                 # one run fits, two do not
+    m = search(pack, tiny.patcher, "wan_qkv_folder_cap", save_qkv=True, accumulate=True, qkv_max_gb=cap_gb)
+    H.sample(tiny, steps=STEPS, model=m)
+    first = summary(pack, m)["search"]
+    assert first["qkv_files"] == STEPS * 2 and "qkv_refused" not in first
+    H.sample(tiny, steps=STEPS, seed=3, model=m)
+    second = summary(pack, m)["search"]
+    assert second["qkv_files"] == 0 and first["qkv_dir"] in second["qkv_refused"]
+    assert "plus the 0 GB already" not in second["qkv_refused"] and "exceeds qkv_max_gb" in second["qkv_refused"]
+    assert len(os.listdir(first["qkv_dir"])) == STEPS * 2
+    assert LossTable.load(second["table"]).settings["prompts"] == 2    # the table still grows
+
+
 def test_search_skips_calls_with_their_own_scale_or_gqa(pack, wan):  # noqa: F811
     """The loss tables assume the default softmax scale and one key head per query head."""
     import comfy.ldm.modules.attention as attention
@@ -128,6 +146,26 @@ def test_search_skips_calls_with_their_own_scale_or_gqa(pack, wan):  # noqa: F81
     assert dict(d.stats.dense) == {"search_call_options": 2} and d.evaluated == 0
     d(attention.attention_basic, q, k, v, 2)
     assert d.evaluated == 1
+
+
+def test_a_call_with_nan_is_reported_and_the_table_still_loads(pack, wan):  # noqa: F811
+    """A non-finite call is not evaluated (search_error, in the run summary's notes): the
+    table of the run's other calls is written and reads back."""
+    import comfy.ldm.modules.attention as attention
+    tiny, _ = wan
+    d = _live(pack, search(pack, tiny.patcher, "wan_nan_call"))
+    d.stats = pack.dispatch.RunStats()
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(1, 72, 256, generator=g) for _ in range(3))
+    v_nan = v.clone()
+    v_nan[0, 7, 3] = float("nan")
+    d(attention.attention_basic, q, k, v_nan, 2)
+    d(attention.attention_basic, q, k, v, 2)
+    assert dict(d.stats.dense) == {"search_error": 1, "search_evaluated": 1} and d.evaluated == 1
+    assert "dense attention output of this call is not finite" in d.stats.notes["search_error"]
+    info = {}
+    d._finish(info)                                       # what the end of a sampling run does
+    assert LossTable.load(info["table"]).calls.tolist() == [[1]]
 
 
 def test_search_samples_hunyuan_video_with_the_video_tokens_first(pack):  # noqa: F811
