@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 import warnings
 from collections import defaultdict
@@ -127,7 +128,10 @@ PLACE_LAST = ("place the Sparse Attention Patch last, after ModelAttentionBacken
               "attention patches")
 # ComfyUI's own block-sparse node (comfy_extras/nodes_sparse_attention.py, after 0.33) puts its
 # override back on top of the model's at every step (ON_PREPARE_STATE), so no order helps.
-CORE_SPARSE_MODULE = "comfy_extras.nodes_sparse_attention"
+# Its override's module: ComfyUI loads comfy_extras files by path, so the module is that path
+# less ".py" ("/…/ComfyUI/comfy_extras/nodes_sparse_attention"); a plain import gives the dotted
+# comfy_extras.nodes_sparse_attention.
+_CORE_SPARSE_OVERRIDE = re.compile(r"(?:^|[./\\])comfy_extras[./\\]nodes_sparse_attention\.")
 ONE_SPARSE_NODE = ("use one sparse-attention node per model: ComfyUI's own Model Sparse Attention "
                    "node puts itself back on top at every step, so no order of the two helps")
 SETTINGS_FIX = ("see why in the run summary's dense_calls: lower min_tokens, warmup or "
@@ -160,7 +164,7 @@ def is_cancel(e: BaseException) -> bool:
 
 def displacement_fix(displaced_by: str) -> str:
     """The fix a displacement warning names, for the override described by ``displaced_by``."""
-    return ONE_SPARSE_NODE if displaced_by.startswith(CORE_SPARSE_MODULE + ".") else PLACE_LAST
+    return ONE_SPARSE_NODE if _CORE_SPARSE_OVERRIDE.search(displaced_by) else PLACE_LAST
 
 
 def _describe_override(fn) -> str:

@@ -147,10 +147,15 @@ def test_override_after_ours_that_runs_some_calls_itself_is_warned(pack, wan, ca
 
 def test_comfyuis_own_sparse_node_gets_its_own_fix(pack):  # noqa: F811
     dispatch = pack.dispatch
-    core = "comfy_extras.nodes_sparse_attention.make_attention_override.<locals>.override"
-    assert dispatch.displacement_fix(core) == dispatch.ONE_SPARSE_NODE
+    override = "make_attention_override.<locals>.override"
+    # ComfyUI loads comfy_extras files by path: the module is the file's path less ".py"
+    for module in ("comfy_extras.nodes_sparse_attention", "/opt/ComfyUI/comfy_extras/nodes_sparse_attention",
+                   "C:\\ComfyUI\\comfy_extras\\nodes_sparse_attention"):
+        assert dispatch.displacement_fix(f"{module}.{override}") == dispatch.ONE_SPARSE_NODE, module
     for other in ("comfy.model_patcher.set_model_optimized_attention", "sage_attention.override",
-                  "comfy_extras.nodes_sparse_attention_like.override"):
+                  "comfy_extras.nodes_sparse_attention_like.override",
+                  "/opt/ComfyUI/comfy_extras/nodes_sparse_attention_like.override",
+                  "/opt/custom_nodes/my_comfy_extras/nodes_sparse_attention_v2.override"):
         assert dispatch.displacement_fix(other) == dispatch.PLACE_LAST
 
 
