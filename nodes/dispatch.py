@@ -747,7 +747,18 @@ class SparseAttention:
             self._psa_cache[key] = (params, dens.float())
         return self._psa_cache[key]
 
+    def live_dispatcher(self, kwargs) -> Optional["SparseAttention"]:
+        """The dispatcher of the model this call runs for, when that is not this one. A node
+        after the patch that wraps our override (ComfyUI's Model Sparse Attention) keeps
+        handing calls to the dispatcher it wrapped, also in a clone made after it, whose
+        wrappers run a fresh dispatcher (``patching.on_clone``): those calls belong there."""
+        live = dispatcher_in(kwargs.get("transformer_options"))
+        return live if live is not None and live is not self else None
+
     def __call__(self, func, *args, **kwargs):
+        live = self.live_dispatcher(kwargs)
+        if live is not None:
+            return live(func, *args, **kwargs)
         args = _unwrap_containers(args)
         q, k, v, heads, mask, skip_reshape = call_args(args, kwargs)
         skip_output_reshape = bool(kwargs.get("skip_output_reshape", False))

@@ -319,6 +319,9 @@ class SearchAttention(SparseAttention):
 
     # ------------------------------------------------------------------ the override
     def __call__(self, func, *args, **kwargs):
+        live = self.live_dispatcher(kwargs)
+        if live is not None:
+            return live(func, *args, **kwargs)
         self._video_call_arrived()
         out = self._dense(func, args, kwargs)   # the workflow's own output stays dense
         q, k, v, heads, mask, skip_reshape = call_args(args, kwargs)

@@ -117,6 +117,28 @@ def test_override_after_ours_that_hands_calls_on_is_no_displacement(pack, wan, c
     assert not warnings_logged(caplog, "Fix: place")
 
 
+def test_a_clone_after_a_wrapping_override_keeps_the_patch(pack, wan, caplog):  # noqa: F811
+    """Patch → a node that wraps the override it finds (as ComfyUI's Model Sparse Attention
+    does; it hands on every call of a sequence under its min_tokens, so every call of this tiny
+    model) → a node that clones the model (ModelSamplingSD3, a LoRA loader). The wrapper still
+    holds the dispatcher it wrapped, while the clone's wrappers run a fresh one: the calls
+    reach the live one, and run sparse."""
+    m = patch(pack, wan.patcher, beta=1.0, warmup=0.0, dense_blocks="")
+
+    def core_like(inner):
+        def block_sparse_override(func, *args, **kwargs):
+            return inner(func, *args, **kwargs)
+        return block_sparse_override
+    late, wrapped = wrapped_by_a_later_override(m, core_like)
+    cloned = late.clone()
+    assert pack.patching.dispatcher_of(cloned) is not wrapped
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        H.sample(wan, steps=2, model=cloned)
+    s = summary(pack, cloned)
+    assert s["sparse_calls"] == 2 * 3 and s["warnings"] == {}, s
+    assert not warnings_logged(caplog, "Fix:")
+
+
 def test_override_after_ours_that_runs_some_calls_itself_is_warned(pack, wan, caplog):  # noqa: F811
     """Like ComfyUI's own Model Sparse Attention node (after 0.33): a later override that
     runs the calls it wants itself and hands the rest on. The patch is then only partly in
