@@ -51,10 +51,12 @@ class SparseAttentionPatch(io.ComfyNode):
                 io.Float.Input("warmup", default=0.2, min=0.0, max=1.0, step=0.01,
                                tooltip="Fraction of the denoising steps (of the full schedule, "
                                        "also across KSamplerAdvanced splits) that run dense at "
-                                       "the start. 0.2 = first 20 % (the papers' setting)."),
+                                       "the start, rounded to whole steps (halves up). 0.2 = "
+                                       "first 20 % (the papers' setting): 10 of 50 steps, 1 of "
+                                       "4, 2 of 8."),
                 io.Float.Input("final_dense", default=0.0, min=0.0, max=1.0, step=0.01,
                                tooltip="Fraction of the denoising steps that run dense at the "
-                                       "end (0 = none)."),
+                                       "end, rounded to whole steps (halves up; 0 = none)."),
                 io.String.Input("dense_blocks", default="0",
                                 tooltip="Transformer blocks that stay dense: indices or ranges, "
                                         "comma separated; negative counts from the end. "

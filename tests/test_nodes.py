@@ -197,6 +197,19 @@ def test_warmup_final_and_dense_block_boundaries(pack, wan):
     assert s["dense_calls"]["dense_block"] == 7 * 2
 
 
+@pytest.mark.parametrize("steps, warmup_steps, final_steps", [(4, 1, 1), (6, 1, 2), (8, 2, 2)])
+def test_few_step_schedules_round_to_whole_steps(pack, wan, steps, warmup_steps, final_steps):
+    """Distilled 4-8 step schedules: warmup 0.2 and final_dense 0.25 are whole steps, the
+    fraction of the schedule rounded half up (node tooltip, README)."""
+    m = patch(pack, wan.patcher, beta=1.0, warmup=0.2, final_dense=0.25, dense_blocks="")
+    H.sample(wan, steps=steps, model=m)
+    s = summary(pack, m)
+    sparse_steps = {st for st, c in s["steps"].items() if c["sparse"]}
+    assert sparse_steps == set(range(warmup_steps, steps - final_steps))
+    assert s["dense_calls"]["warmup"] == warmup_steps * 3
+    assert s["dense_calls"]["final_dense"] == final_steps * 3
+
+
 def test_min_tokens(pack, wan):
     tokens = 3 * 4 * 6
     m = patch(pack, wan.patcher, warmup=0.0, dense_blocks="", min_tokens=tokens + 1)
