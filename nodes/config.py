@@ -19,7 +19,8 @@ METHODS = ("sol_attn", "psa", "dense")
 ESTIMATORS = ("exact", "diag")
 BACKENDS = ("auto", "triton", "reference")
 PRESET_GRID_POLICIES = ("refuse", "rescale")  # kernels.presets.Preset.params_for_grid
-shown = kernels_module("_checks").shown  # an echoed value, cut short
+_checks = kernels_module("_checks")
+shown = _checks.shown  # an echoed value, cut short
 
 
 _BLOCK_RANGE = re.compile(r"\s*(-?[0-9]{1,9})\s*(?:(?<=[0-9])\s*-\s*(-?[0-9]{1,9}))?\s*", re.ASCII)
@@ -84,9 +85,8 @@ def parse_tile(text: str, widget: str = "sol_tile") -> Optional[tuple[int, int, 
     if t in ("", "off", "none", "no"):
         return None
     parts = [p for p in re.split(r"[,x×\s]+", t) if p]
-    checks = kernels_module("_checks")
     try:
-        tile = tuple(checks.parse_int(p, widget) for p in parts)
+        tile = tuple(_checks.parse_int(p, widget) for p in parts)
     except ValueError:
         tile = ()
     if len(tile) != 3 or any(v < 1 for v in tile):
@@ -150,7 +150,7 @@ class PatchConfig:
 
 
 def _num(name, value, lo=None, hi=None, integer=False, allow_neg_inf=False):
-    v = kernels_module("_checks").check_number(value, name)
+    v = _checks.check_number(value, name)
     if math.isinf(v) and not (allow_neg_inf and v < 0):
         raise ValueError(f"{name}: must be finite, got {shown(value)}")
     if integer and v != int(v):
@@ -176,7 +176,7 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
     if preset_grid not in PRESET_GRID_POLICIES:
         raise ValueError(f"preset_grid: expected one of {', '.join(PRESET_GRID_POLICIES)}, "
                          f"got {shown(preset_grid)}")
-    beta = kernels_module("_checks").check_beta(_num("beta", beta, allow_neg_inf=True))
+    beta = _checks.check_beta(_num("beta", beta, allow_neg_inf=True))
     target_sparsity = _num("target_sparsity", target_sparsity, 0.0, 0.999)
     if target_sparsity > 0.0 and 1.0 - target_sparsity == 1.0:  # no β reaches that density
         raise ValueError(f"target_sparsity: {shown(target_sparsity)} is too small to aim at (1 - target_sparsity "
