@@ -2,6 +2,7 @@
 #   make env    build the virtual environment (torch, triton, a real ComfyUI 0.3.75)
 #   make test   build the environment if needed, then run the CPU test suite (pytest -ra,
 #               from pyproject.toml: every skip prints its reason)
+#   make test-fast   the same without the tests marked slow (pytest -m "not slow")
 #   make test COMFYUI=0.33               the same suite against ComfyUI 0.33.0 (source snapshot)
 #   make test COMFYUI_PATH=/your/ComfyUI the same suite against your ComfyUI checkout
 #   make demo   the Sol-Attn demo; make demo DEMO=psa: the PSA demo (see below)
@@ -61,7 +62,7 @@ else ifneq ($(COMFYUI_PATH),)
   MATRIX_PREP :=
 endif
 
-.PHONY: env test demo comfyui-path clean-env test-tools ui-test-deps comfy-cli comfyui-env triton36 constraints
+.PHONY: env test test-fast demo comfyui-path clean-env test-tools ui-test-deps comfy-cli comfyui-env triton36 constraints
 
 env: $(STAMP)
 
@@ -86,7 +87,7 @@ $(STAMP): $(call CONSTRAINTS_FILE,main)
 comfyui-path: $(STAMP)
 	@$(PY) tools/comfyui_env.py path
 
-# Triton 3.6 (torch 2.11's) for tests/test_compile_kernels.py, unpacked beside the venv's 3.8.
+# Triton 3.6 (torch 2.11's) for tests/kernels/test_compile_kernels.py, unpacked beside the venv's 3.8.
 TRITON36_DIR := .cache/triton-3.6.0
 triton36: $(TRITON36_DIR)/triton/__init__.py
 
@@ -99,11 +100,16 @@ $(TRITON36_DIR)/triton/__init__.py: $(STAMP)
 
 ifeq ($(MATRIX_PATH),)
 test: $(STAMP) triton36
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests $(PYTEST_MARKS) $(PYTEST_ARGS)
 else
 test: comfyui-env triton36
-	COMFYUI_PATH=$(MATRIX_PATH) $(MATRIX_VENV)/bin/python -m pytest tests $(PYTEST_ARGS)
+	COMFYUI_PATH=$(MATRIX_PATH) $(MATRIX_VENV)/bin/python -m pytest tests $(PYTEST_MARKS) $(PYTEST_ARGS)
 endif
+
+# `make test` without the tests marked slow (pyproject.toml: over about 10 s, a ComfyUI server,
+# a browser, worker processes); COMFYUI= and COMFYUI_PATH= work as for `make test`.
+test-fast: PYTEST_MARKS = -m "not slow"
+test-fast: test
 
 # The environment of COMFYUI=0.33 / COMFYUI_PATH (instant once built; rebuilt when the
 # recipe or that ComfyUI's requirements change).
@@ -143,7 +149,7 @@ DEMO_ARGS ?=
 demo: $(STAMP)
 	$(PY) tools/demo.py --demo $(DEMO) $(DEMO_ARGS)
 
-# Tools for the tests of what users see (tests/test_workflows*.py); `make test` runs without
+# Tools for the tests of what users see (tests/comfyui/test_workflows*.py); `make test` runs without
 # them, skipping those tests. .ci/run calls this before `make test`.
 #   ui-test-deps: the playwright package in $(VENV) and Debian's chromium (apt-get, only as
 #                 root or with passwordless sudo; otherwise it says what to run)

@@ -1,7 +1,7 @@
 """Build, check and time the sparse attention kernels against cuDNN SDPA in one GPU job.
 
 Usage (on a CUDA machine; writes one JSON file with the command that made it):
-    python benchmarks/bench_kernels.py --out benchmarks/results/kernels_h200.json
+    python benchmarks/bench_kernels.py --out out/kernels_h200.json
 
 ``--loops ws,tma`` times the block loops of Hopper side by side (``LOOPS``: the warp-specialised
 loop and the portable kernel with TMA boxes). Every speed is also reported as a ratio to cuDNN
@@ -28,10 +28,10 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
-from kernels.block_sparse import block_sparse_attention  # noqa: E402
-from kernels.launch_config import ARCHITECTURES  # noqa: E402
+from kernels.engine import block_sparse_attention  # noqa: E402
+from kernels.engine.launch_config import ARCHITECTURES  # noqa: E402
 from kernels.sol_reference import check_sol_call  # noqa: E402
-from kernels.sol_router import pool_blocks, pooled_term, route  # noqa: E402
+from kernels.sol_gpu_routing import pool_blocks, pooled_term, route  # noqa: E402
 
 
 OUT_PATH = None
@@ -76,7 +76,7 @@ SOL_INPUTS = ("gaussian", "video")  # --sol-inputs: random q/k/v, or benchmarks/
 
 def video_like_qkv(grid, H, D, seed):
     """``workload.video_qkv`` on the GPU (bf16), in the benchmark's layout: attention that is
-    local in the token grid, so neighbouring query blocks route alike (NOTES #29)."""
+    local in the token grid, so neighbouring query blocks route alike."""
     from benchmarks.workload import video_qkv
 
     q, k, v, _ = video_qkv(grid, H, D, seed=seed, device="cuda", dtype=torch.bfloat16)
@@ -107,32 +107,29 @@ def peak_extra_mb(fn):
 
 def check_sol(results):
     """Kernel vs reference on moderate shapes: 3D tiles (auto and forced), row-major, several β,
-    both estimators, sinks, the diagonal, text tokens after the grid; each with and without the
-    pooled correction (on Hopper they may run different loops)."""
+    both estimators, sinks, text tokens after the grid."""
     cases = [
-        (1, 4096 + 37, None, 4, 128, torch.bfloat16, 1.0, "exact", None, False),
-        (2, 3000, None, 3, 64, torch.float16, 1.5, "diag", [(2900, 3000)], True),
-        (1, 6 * 45 * 80, (6, 45, 80), 2, 128, torch.bfloat16, 1.04, "exact", None, False),
-        (1, 5 * 45 * 80 + 256, (5, 45, 80), 2, 128, torch.bfloat16, 1.28, "diag", None, False),
-        (3, 777, (7, 11, 10), 2, 128, torch.float16, float("-inf"), "exact", None, False),
+        (1, 4096 + 37, None, 4, 128, torch.bfloat16, 1.0, "exact", None),
+        (2, 3000, None, 3, 64, torch.float16, 1.5, "diag", [(2900, 3000)]),
+        (1, 6 * 45 * 80, (6, 45, 80), 2, 128, torch.bfloat16, 1.04, "exact", None),
+        (1, 5 * 45 * 80 + 256, (5, 45, 80), 2, 128, torch.bfloat16, 1.28, "diag", None),
+        (3, 777, (7, 11, 10), 2, 128, torch.float16, float("-inf"), "exact", None),
     ]
-    for i, ((B, L, grid, H, D, dtype, beta, est, sinks, diag), correction) in enumerate(
-            itertools.product(cases, (True, False))):
-        g = torch.Generator(device="cuda").manual_seed(1000 + i // 2)
+    for i, (B, L, grid, H, D, dtype, beta, est, sinks) in enumerate(cases):
+        g = torch.Generator(device="cuda").manual_seed(1000 + i)
         q, k, v = (torch.randn(B, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3))
-        kw = dict(beta=beta, estimator=est, sinks=sinks, keep_diagonal=diag, grid=grid, return_stats=True,
-                  correction=correction)
+        kw = dict(beta=beta, estimator=est, sinks=sinks, grid=grid, return_stats=True)
         poison_allocator(q.numel() * q.element_size())
         out, st = kernels.sol_attention(q, k, v, **kw)
         ref, rst = kernels.sol_attention_reference(q, k, v, **kw)
         entry = dict(method="sol", shape=[B, L, H, D], grid=grid, dtype=str(dtype), beta=beta, estimator=est,
-                     sinks=sinks, keep_diagonal=diag, correction=correction, rel_l2_vs_reference=rel_l2(out, ref),
+                     sinks=sinks, rel_l2_vs_reference=rel_l2(out, ref),
                      all_finite=bool(torch.isfinite(out).all()),
                      exact_block_rows_differing=float((st["exact_blocks"] != rst["exact_blocks"]).float().mean()),
                      density_kernel=st["density"].mean().item(), density_reference=rst["density"].mean().item())
         entry["ok"] = entry["all_finite"] and entry["rel_l2_vs_reference"] < 2e-2
         results["checks"].append(entry)
-        print(f"check sol {entry['shape']} grid={grid} {dtype} β={beta} {est} correction={correction}: "
+        print(f"check sol {entry['shape']} grid={grid} {dtype} β={beta} {est}: "
               f"rel_l2={entry['rel_l2_vs_reference']:.2e} "
               f"finite={entry['all_finite']} density {entry['density_kernel']:.3f}/{entry['density_reference']:.3f} "
               f"rows differing {entry['exact_block_rows_differing']:.1e}", flush=True)
@@ -167,7 +164,7 @@ def sol_pieces(q, k, v, beta, grid, tile):
 
     def routing():
         qm, km, vm = pool_blocks(q, k, v, layout, 0, H)
-        mask = route(qm, km, beta_t, forced, layout, estimator="exact", scale=scale, keep_diagonal=False)
+        mask = route(qm, km, beta_t, forced, layout, estimator="exact", scale=scale)
         return mask, pooled_term(km, vm, layout)
 
     return layout, routing, scale
@@ -176,7 +173,7 @@ def sol_pieces(q, k, v, beta, grid, tile):
 def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), loops=("default",),
               inputs=("gaussian",)):
     """Per sequence, kind of inputs (``SOL_INPUTS``), tiling (``rowmajor``, ``auto`` or
-    ``bt:bh:bw``) and density: the whole call with and without the pooled term, the engine fed
+    ``bt:bh:bw``) and density: the whole call, the engine fed
     the same mask (the "lists" baseline), the routing alone, memory, and fidelity against
     cuDNN on these inputs; once per block loop of ``loops`` (``LOOPS``)."""
     for L, kind in itertools.product(seqs, inputs):
@@ -204,7 +201,6 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 first_call_s = time.perf_counter() - t0
                 density = st["density"].mean().item()
                 t_sol = bench_ms(lambda: kernels.sol_attention(q, k, v, **kw), rep_ms)
-                t_plain = bench_ms(lambda: kernels.sol_attention(q, k, v, correction=False, **kw), rep_ms)
                 mem_sol = peak_extra_mb(lambda: kernels.sol_attention(q, k, v, **kw))
                 layout, routing, scale = sol_pieces(q, k, v, beta, g, tile)
                 mask, pooled = routing()
@@ -218,7 +214,6 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                     pool_variants[str(chunk)] = bench_ms(
                         lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=chunk_cfg),
                         rep_ms)
-                plain_out = kernels.sol_attention(q, k, v, correction=False, **kw)
                 mask = pooled = None  # free the scratch before the next row
                 n_keep = max(64, int(round(density * L)))
                 t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
@@ -226,25 +221,23 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                            blocks=layout.n_blocks,
                            padding=layout.n_slots / L - 1, heads=H, head_dim=D, target_density=rho, beta=beta,
                            density=density, cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,
-                           sol_without_correction_ms=t_plain, speedup_without_correction=t_dense / t_plain,
                            precomputed_mask_ms=t_lists, precomputed_mask_with_pooled_term_ms=t_lists_pooled,
                            routing_ms=t_route, routing_and_correction_overhead=t_sol / t_lists - 1,
                            correction_share=t_lists_pooled / t_lists - 1,
                            precomputed_mask_with_pooled_term_ms_by_chunk=pool_variants,
                            ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal,
                            rel_l2_vs_dense=rel_l2(out, ref), row_cosine_vs_dense=row_cosine(out, ref),
-                           rel_l2_vs_dense_without_correction=rel_l2(plain_out, ref),
                            first_call_s=first_call_s, peak_extra_mb_sol=mem_sol, peak_extra_mb_cudnn=mem_dense,
                            memory_over_dense=(mem_sol - mem_dense) / mem_dense)
                 results["sol"].append(row)
                 save(results)
                 print(f"  {loop} {tiling} tile={row['tile']} ρ={rho:.2f} density={density:.3f} sol {t_sol:.2f} ms "
-                      f"({t_dense / t_sol:.2f}x) no-corr {t_plain:.2f} lists {t_lists:.2f} "
+                      f"({t_dense / t_sol:.2f}x) lists {t_lists:.2f} "
                       f"(+pooled {t_lists_pooled:.2f}) "
                       f"routing {t_route:.2f} overhead {100 * row['routing_and_correction_overhead']:.1f}% "
                       f"ideal {t_dense / t_ideal:.2f}x rel_l2 {row['rel_l2_vs_dense']:.3f} "
                       f"mem +{mem_sol:.0f}MB vs +{mem_dense:.0f}MB first {first_call_s:.1f}s", flush=True)
-                del out, plain_out
+                del out
 
 
 def bench_arch_configs(results, H, D, rep_ms, archs):
@@ -398,11 +391,8 @@ def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
     cuDNN; FlexAttention without a mask (Triton's generated dense kernel in this stack); our
     PSA kernel with the full mask; our Sol loop (64-row tiles) fed every block, as routed with
     β = -inf (so the mask has its bitmap, as a Sol call's), bare and with the pooled term
-    (every block routed: the pooled chunks are read and masked out); a plain dense Triton
-    loop without and with automatic warp specialization (benchmarks/dense_ws_probe.py).
-    The ratio of each to cuDNN bounds what a block-sparse kernel of the same loop can reach per
+    (every block routed: the pooled chunks are read and masked out). The ratio of each to cuDNN bounds what a block-sparse kernel of the same loop can reach per
     block."""
-    from benchmarks.dense_ws_probe import VARIANTS as DENSE_PROBES, dense_attention, kernel_facts
     from torch.nn.attention.flex_attention import flex_attention
 
     grid, tile = PSA_SHAPES["wan720p_unpadded"]
@@ -428,22 +418,12 @@ def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
     flex = torch.compile(flex_attention, dynamic=False)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
     variants["flex_no_mask"] = lambda: flex(qt, kt, vt).transpose(1, 2)
-    probe_kernels = {}  # what this Triton compiled for each probe, kept from its timed launches
-
-    def run_probe(name, ws, block_m):
-        out, probe_kernels[name] = dense_attention(q, k, v, ws, block_m)
-        return out
-
-    for name, (ws, block_m) in DENSE_PROBES.items():
-        variants[name] = lambda name=name, ws=ws, block_m=block_m: run_probe(name, ws, block_m)
     results["ceiling"] = row
     for name, fn in variants.items():
         try:
             err = rel_l2(fn(), ref)
             ms = bench_ms(fn, rep_ms)
             row[name] = dict(ms=ms, share_of_cudnn=t_dense / ms, rel_l2_vs_cudnn=err)
-            if name in probe_kernels:  # whether this Triton partitioned the loop, and at what cost in warps
-                row[name].update(kernel_facts(probe_kernels[name]))
         except Exception as exc:  # record why a variant could not run, keep the job going
             row[name] = dict(error=f"{type(exc).__name__}: {exc}"[:300])
         print(f"ceiling {name}: {row[name]}", flush=True)

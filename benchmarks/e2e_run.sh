@@ -12,14 +12,14 @@
 #
 # 2. On the device (tool `run`, carry [".whl"], timeout_s 600), from the repository root:
 #
-#      bash benchmarks/e2e_run.sh --models wan        # Wan2.1-14B: estimated 5-6 min (not yet run)
+#      bash benchmarks/e2e_run.sh --models wan        # Wan2.1-14B
 #      bash benchmarks/e2e_run.sh --models hunyuan --reps 1 --methods dense,kernels,stub,sol85,sol90,psa60
 #      bash benchmarks/e2e_run.sh --models ltxv       # LTX-Video 0.9 2B, small
 #
 #    Any other e2e_comfyui.py flag passes through (--methods, --reps, --dense-blocks, ...).
-#    Results go to $OUT (else benchmarks/results/): e2e_comfyui_h200_<models>.json and .log;
+#    Results go to $OUT (else out/, git-ignored): e2e_comfyui_h200_<models>.json and .log;
 #    the JSON is rewritten after every measurement, so a run cut at its time limit keeps
-#    what it measured. Copy both into benchmarks/results/ and commit them.
+#    what it measured. A JSON that backs a figure of BENCHMARKS.md goes to benchmarks/results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,7 +53,7 @@ for ((i = 0; i < ${#args[@]}; i++)); do
   esac
 done
 tag=${tag//,/-}
-dest=${OUT:-benchmarks/results}
+dest=${OUT:-out}
 mkdir -p "$dest"
 
 nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader || true

@@ -4,8 +4,7 @@ One study: for every block shape (``--tilings``: ``rowmajor`` 64-token slivers o
 ``auto`` = ``kernels.sol_tile_for_grid``, or a 64-token 3D tile ``bt:bh:bw``) and every target
 density (0.05-0.25), β is calibrated by bisection so that the achieved mean density of exact
 blocks (over all heads) equals the target (``sol_block_selection``), so every block shape is
-compared at equal density; then Sol-Attn runs with and without the pooled correction on those
-same blocks. On CUDA the Triton path ``kernels.sol_attention`` runs in the workload dtype;
+compared at equal density; then Sol-Attn runs on those same blocks. On CUDA the Triton path ``kernels.sol_attention`` runs in the workload dtype;
 elsewhere ``kernels.sol_attention_reference`` (float32).
 
 Metrics: rel-L2 = ‖out − dense‖_F / ‖dense‖_F (per kind: sums of squares over its heads),
@@ -91,9 +90,9 @@ def blocks_of(tiling: str, grid):
     return {"grid": tuple(grid), "tile": tuple(int(x) for x in tiling.split(":"))}
 
 
-def run_sol(q, k, v, beta, blocks, correction):
+def run_sol(q, k, v, beta, blocks):
     """Sol-Attn output and per-head achieved density (H,): kernel on CUDA, reference elsewhere."""
-    kw = dict(beta=beta, return_stats=True, correction=correction, **blocks)
+    kw = dict(beta=beta, return_stats=True, **blocks)
     if q.device.type == "cuda":
         out, st = kernels.sol_attention(q, k, v, **kw)
         torch.cuda.synchronize()
@@ -124,18 +123,14 @@ def study(q, k, v, kinds, dense, grid, tilings, densities):
         for rho in densities:
             beta = calibrated_beta(q, k, v, rho, blocks)
             rec = {"tiling": tiling, "tile": list(blocks["tile"] or ()), "target_density": rho, "beta": beta}
-            for name, corr in (("with_correction", True), ("without_correction", False)):
-                t0 = time.time()
-                out, dens, impl = run_sol(q, k, v, beta, blocks, corr)
-                rec[name] = aggregate(head_errors(out, dense), kinds, {"density": dens})
-                rec[name].update(impl=impl, seconds=time.time() - t0)
-                del out
-            rec["correction_rel_l2_reduction"] = 1.0 - (rec["with_correction"]["overall"]["rel_l2"]
-                                                        / rec["without_correction"]["overall"]["rel_l2"])
+            t0 = time.time()
+            out, dens, impl = run_sol(q, k, v, beta, blocks)
+            rec["sol"] = aggregate(head_errors(out, dense), kinds, {"density": dens})
+            rec["sol"].update(impl=impl, seconds=time.time() - t0)
+            del out
             rows.append(rec)
-            w, wo = rec["with_correction"]["overall"], rec["without_correction"]["overall"]
+            w = rec["sol"]["overall"]
             print(f"{tiling:>8s} ρ={rho:.2f} β={beta:.3f} density {w['density']:.3f}: rel-L2 {w['rel_l2']:.4f} "
-                  f"(without correction {wo['rel_l2']:.4f}, {100 * rec['correction_rel_l2_reduction']:.1f}% lower) "
                   f"cos {w['mean_cos']:.4f}", flush=True)
     return rows
 
@@ -187,7 +182,7 @@ def main(argv=None):
     res["head_gains"] = workload_info(kinds, args.seed, args.head_dim)
     res["total_seconds"] = time.time() - t_start
     out = args.out or os.path.join(
-        ROOT, "benchmarks", "results",
+        ROOT, "out",
         "fidelity_tiles_cpu_small.json" if args.small else f"fidelity_tiles_{res['device'].split()[-1].lower()}_{args.dtype}.json",
     )
     os.makedirs(os.path.dirname(out), exist_ok=True)

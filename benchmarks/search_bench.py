@@ -1,6 +1,6 @@
 """PSA-Search over several GPUs on the synthetic workload: time of a full offline search.
 
-Issue #5: the offline search spreads (layer, head) work over GPUs with torch.distributed;
+The offline search spreads (layer, head) work over GPUs with torch.distributed; its
 target: a full search for the Wan2.1-14B architecture at 720p (40 layers x 40 heads, ~100
 candidates, one step bucket) in <= 20 minutes on two H200s. No model weights exist here, so
 each layer's q/k/v come from ``benchmarks.workload.video_qkv`` (seed ``--seed + layer``),
@@ -42,7 +42,9 @@ if ROOT not in sys.path:
 
 from benchmarks.workload import DEFAULT_MIX, video_qkv  # noqa: E402
 from kernels.layout import tile_layout  # noqa: E402
-from kernels.psa_search import _maybe_init_distributed, candidate_space, search_calls, write_preset  # noqa: E402
+from kernels.psa_search import candidate_space  # noqa: E402
+from kernels.psa_search.cli import init_distributed_from_env  # noqa: E402
+from kernels.psa_search.search import search_calls, write_preset  # noqa: E402
 
 TARGET_SECONDS = 20 * 60
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -100,7 +102,7 @@ def write_json(path, doc):
 
 
 def target_applies(args, world, cuda):
-    """The issue's target is for these settings only (anything else: ``met`` stays null)."""
+    """The target is for these settings only (anything else: ``met`` stays null)."""
     return (args.layers, args.heads, args.head_dim, tuple(args.grid), tuple(args.tile), world, cuda) == \
         (40, 40, 128, (21, 45, 80), (3, 8, 16), 2, True) and args.max_candidates >= 100
 
@@ -108,7 +110,7 @@ def target_applies(args, world, cuda):
 def main(argv=None) -> int:
     t_main = time.perf_counter()
     args = parse_args(argv)
-    started = _maybe_init_distributed()
+    started = init_distributed_from_env()
     distributed = dist.is_initialized()
     rank = dist.get_rank() if distributed else 0
     world = dist.get_world_size() if distributed else 1
@@ -144,7 +146,7 @@ def main(argv=None) -> int:
         os.makedirs(os.path.dirname(out), exist_ok=True)
 
     doc = {
-        "benchmark": "PSA-Search, (layer, head) pairs spread over processes (issue #5)",
+        "benchmark": "PSA-Search, (layer, head) pairs spread over processes",
         "status": "running",
         "command": command_line(sys.argv),
         "argv": sys.argv,

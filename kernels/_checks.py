@@ -8,9 +8,10 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-import re
 
 import torch
+
+from ._device import kernel_device_ok
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 FLOAT32_MAX = torch.finfo(torch.float32).max
@@ -59,26 +60,6 @@ def check_qkv(q, k, v, *, for_kernel: bool) -> tuple[int, int, int, int]:
     return B, L, H, D
 
 
-def cache_device(device) -> torch.device:
-    """``device`` as a cache key: "cuda" means the current CUDA device, by its index."""
-    dev = torch.device(device)
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
-    return dev
-
-
-def kernel_device_ok(device) -> bool:
-    """The Triton kernels run on CUDA devices, or anywhere through the interpreter."""
-    return device.type == "cuda" or triton_interpreting()
-
-
-def triton_interpreting() -> bool:
-    """True when Triton runs kernels through its CPU interpreter (TRITON_INTERPRET=1)."""
-    import os
-
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def shown(value, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, for error messages. Huge integers are
     described, not printed (Python refuses to print more than 4300 digits)."""
@@ -90,30 +71,6 @@ def shown(value, limit: int = 80) -> str:
 def clip(text: str, limit: int = 80) -> str:
     """``text`` cut to ``limit`` characters (an ellipsis marks the cut)."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-# Numbers typed by a user (widgets, command line). ASCII only: Python's int() and float()
-# also read other scripts' digits ("１" is 1), and \d matches them too.
-_INT_TEXT = re.compile(r"[+-]?[0-9]{1,18}", re.ASCII)
-_FLOAT_TEXT = re.compile(r"[+-]?(?:[0-9]{1,40}(?:\.[0-9]{0,40})?|\.[0-9]{1,40})(?:[eE][+-]?[0-9]{1,3})?", re.ASCII)
-
-
-def parse_int(text, name: str) -> int:
-    """An integer written with ASCII digits (at most 18, optional sign), else a ValueError
-    naming ``name``."""
-    t = text.strip() if isinstance(text, str) else None
-    if t is None or _INT_TEXT.fullmatch(t) is None:
-        raise ValueError(f"{name}: expected an integer written with the digits 0-9, got {shown(text)}")
-    return int(t)
-
-
-def parse_float(text, name: str) -> float:
-    """A finite decimal number written with ASCII digits (no nan/inf), else a ValueError
-    naming ``name``."""
-    t = text.strip() if isinstance(text, str) else None
-    if t is None or _FLOAT_TEXT.fullmatch(t) is None or not math.isfinite(float(t)):
-        raise ValueError(f"{name}: expected a number written with the digits 0-9, got {shown(text)}")
-    return float(t)
 
 
 def check_int(value, name: str, minimum: int, maximum: int | None = None) -> int:
@@ -174,32 +131,6 @@ def check_beta(beta, name: str = "beta") -> float:
         raise ValueError(f"{name}: must be -inf, inf or a number within float32's range "
                          f"(±{FLOAT32_MAX:.4g}), got {shown(beta)}")
     return value
-
-
-def per_head_beta(beta, num_heads: int, device) -> torch.Tensor:
-    """β as a float32 tensor of shape (H,) on ``device``; ±inf allowed (all exact / none exact).
-
-    A float or a CPU tensor is checked here (:func:`check_beta`), and warned about outside the
-    documented range (``sol_routing.BETA_MIN``/``BETA_MAX``); a CUDA tensor is used as it is
-    (checking it would synchronise the device on every call): a NaN there makes every block
-    exact."""
-    from .sol_routing import warn_if_beta_outside_range
-    if isinstance(beta, torch.Tensor):
-        if beta.dim() == 0:
-            beta = beta.reshape(1).expand(num_heads)
-        if beta.shape != (num_heads,):
-            raise ValueError(f"beta must be a float or a tensor of shape (H,) = ({num_heads},), got {tuple(beta.shape)}")
-        if beta.is_cuda:
-            return beta.detach().to(device=device, dtype=torch.float32)
-        for value in beta.detach().double().flatten().tolist():
-            check_beta(value)
-        warn_if_beta_outside_range(beta)
-        return beta.detach().to(device=device, dtype=torch.float32)
-    if isinstance(beta, (int, float)) and not isinstance(beta, bool):
-        beta = check_beta(beta)
-        warn_if_beta_outside_range(beta)
-        return torch.full((num_heads,), beta, device=device, dtype=torch.float32)
-    raise TypeError(f"beta must be a float or a tensor of shape (H,), got {type(beta).__name__}")
 
 
 def check_estimator(estimator: str) -> str:

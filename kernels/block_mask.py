@@ -10,27 +10,29 @@ Both methods run on the same blocks and the same mask object:
   64-token blocks. Kernels read q/k/v in place through the slot → token map ``row_map``
   (``-1`` on padding slots), so nothing is ever permuted or padded in memory.
 - :class:`BlockMask` is the compact form of a block-sparse pattern (FlexAttention's idea): per
-  (batch, head, query block) the number of visited grid blocks and extra blocks and their
-  ids, ascending (grid ids come first because extra blocks are numbered after them), plus the
-  launch order of the query tiles. PSA builds one per head from its static stripe mask
-  (``psa_mask.PSAMask.block_mask``, cached), Sol-Attn's router one per call on the device
-  (``sol_router``), tests any from a dense bool matrix (:func:`mask_from_dense`). The engine
-  (``block_sparse``) consumes it; ``to_dense`` and ``density`` inspect it.
+  (batch, head, query block) the number of visited grid blocks and extra blocks, and the
+  visited pairs as a bitmap. PSA builds one per preset layer from its static stripe mask
+  (``psa_mask.psa_kernel_mask``, cached), Sol-Attn's router one per call on the device
+  (``sol_gpu_routing``), tests any from a dense bool matrix (:func:`mask_from_dense`). The
+  engine (``engine``) lowers it to the work form of the backend that runs; ``to_dense`` and
+  ``density`` inspect it.
+- :class:`PooledBlocks` is Sol-Attn's pooled term, the engine's other input.
 """
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
-from ._checks import cache_device, check_int, shown
+from ._checks import check_int
+from ._device import cache_device
 from .layout import MAX_GRID_TOKENS, check_grid, check_tile, tile_layout
 
-__all__ = ["BlockLayout", "BlockMask", "block_layout", "row_major_layout", "mask_from_dense", "work_order",
-           "ROW_MAJOR_BLOCK"]
+__all__ = ["BlockLayout", "BlockMask", "PooledBlocks", "block_layout", "row_major_layout", "mask_from_dense",
+           "bits_from_dense", "ROW_MAJOR_BLOCK"]
 
 ROW_MAJOR_BLOCK = 64  # tokens per block of a sequence with no grid
 
@@ -137,106 +139,76 @@ def _cached_row_major_layout(seq_len: int, device_str: str) -> BlockLayout:
 
 @dataclass(frozen=True, eq=False)
 class BlockMask:
-    """Which key blocks every query block visits, in the form the engine reads.
+    """Which key blocks every query block visits: the one form every method hands the engine.
 
     ``counts`` int32 (Bm, H, NB, 2): visited grid blocks and extra blocks per query block;
-    ``ids`` int16/int32 (Bm, H, NB, W): their ids, ascending (entries past the count are
-    unspecified); ``work`` int32: the launch order of query tiles, entry
-    ``(head · NB + query block) · tiles_per_block + tile``; ``block_m`` query rows per tile.
-    ``Bm`` is 1 for a mask shared by the whole batch (PSA) or the batch size (Sol).
-    ``routed_bits`` int64 (Bm, H, NB, ceil(NB / 64)), Sol only: the same pairs as a bitmap
-    (bit j % 64 of word j // 64), which the pooled correction reads to leave them out. A Sol
-    mask routed for the Hopper loop has the bitmap only (``ids`` of width 0, ``work`` empty:
-    ``has_lists``): that loop reads pair streams made from the bitmap.
+    ``bits`` int64 (Bm, H, NB, ceil(NB / 64)): the visited pairs, bit j % 64 of word j // 64
+    for key block j (Sol's pooled term leaves them out). ``Bm`` is 1 for a mask shared by the
+    whole batch (PSA) or the batch size (Sol). Each backend lowers the mask to its own work
+    form (``engine``: id lists and a launch order, or pair streams). ``reused``: the mask
+    serves many calls (PSA's cached masks, built on the host): a backend lowers it once, on
+    the host, and keeps the result with the mask (:meth:`lowering`); a mask of one call (Sol's
+    router) is lowered on the device at every call, with no host sync.
     """
 
     layout: BlockLayout
     counts: torch.Tensor
-    ids: torch.Tensor
-    work: torch.Tensor
-    block_m: int
-    routed_bits: Optional[torch.Tensor] = None
+    bits: torch.Tensor
+    reused: bool = False
+    _lowered: dict = field(default_factory=dict, init=False, repr=False)
 
     @property
     def num_heads(self) -> int:
         return int(self.counts.shape[1])
 
-    @property
-    def tiles_per_block(self) -> int:
-        return -(-self.layout.block_tokens // self.block_m)
-
-    @property
-    def has_lists(self) -> bool:
-        return self.ids.shape[-1] > 0
+    def lowering(self, key, build: Callable[["BlockMask"], object]):
+        """``build(self)``, the backend's work form named ``key``; kept with a reused mask."""
+        if not self.reused:
+            return build(self)
+        if key not in self._lowered:
+            self._lowered[key] = build(self)
+        return self._lowered[key]
 
     def density(self) -> torch.Tensor:
         """Share of visited (query block, key block) pairs, float32 (Bm, H) (no host sync)."""
         return self.counts.sum(dim=(-1, -2), dtype=torch.float32) / self.layout.n_blocks ** 2
 
     def to_dense(self) -> torch.Tensor:
-        """bool (Bm, H, NB, NB): the visited pairs (for tests and pictures; syncs the host)."""
-        nb = self.layout.n_blocks
-        if not self.has_lists:
-            bit = torch.arange(64, device=self.routed_bits.device)
-            dense = ((self.routed_bits[..., None] >> bit) & 1).bool()
-            return dense.flatten(-2)[..., :nb]
-        total = self.counts.sum(-1).long()
-        width = self.ids.shape[-1]
-        listed = torch.arange(width, device=self.ids.device) < total[..., None]
-        dense = torch.zeros(*self.counts.shape[:-1], nb + 1, dtype=torch.bool, device=self.ids.device)
-        ids = torch.where(listed, self.ids.long(), nb)
-        dense.scatter_(-1, ids, True)
-        return dense[..., :nb]
+        """bool (Bm, H, NB, NB): the visited pairs (for tests and pictures)."""
+        bit = torch.arange(64, device=self.bits.device)
+        dense = ((self.bits[..., None] >> bit) & 1).bool()
+        return dense.flatten(-2)[..., :self.layout.n_blocks]
 
 
-def work_order(visits: torch.Tensor, layout: BlockLayout, block_m: int, order: str = "head") -> torch.Tensor:
-    """Launch order of query tiles, int32: entries (head · NB + query block) · tiles + tile,
-    tiles = ceil(block slots / block_m), as the kernels decode them (``BlockMask.tiles_per_block``).
+@dataclass(frozen=True)
+class PooledBlocks:
+    """Sol-Attn's pooled term for a group of heads, which the engine folds in before the
+    visited blocks: ``k_mean``, ``v_mean`` (B, Hg, NB, D) in the input dtype and ``log2_len``
+    float32 (NB,); the mask's ``bits`` say which blocks are left out (they are visited)."""
 
-    ``visits`` (H, NB) key blocks per (head, query block) of ``layout``'s blocks.
-    "head" keeps each head's query blocks together in block order (neighbouring query blocks
-    read overlapping keys), heads heaviest first so the lightest runs last; "heaviest" runs
-    (head, block) pairs heaviest first. Tiles past a block's real rows get no program; the
-    tiles of one block stay adjacent (they read the same key list). Host work, for static
-    masks; Sol's routed masks are ordered per call on the device (``sol_router.work_by_count``).
-    """
-    H, nb = visits.shape
-    # From the slots, not the longest block: where a tile sticks out of the grid on some axis
-    # every block is short, and fewer tiles here would give the kernels another head's rows.
-    tiles = -(-layout.block_tokens // block_m)
-    if order == "heaviest":
-        pairs = torch.argsort(visits.reshape(-1), descending=True, stable=True)
-    elif order == "head":
-        heads = torch.argsort(visits.sum(-1), descending=True, stable=True)
-        pairs = (heads[:, None] * nb + torch.arange(nb)).reshape(-1)
-    else:
-        raise ValueError(f"order must be 'heaviest' or 'head', got {shown(order)}")
-    entries = pairs[:, None] * tiles + torch.arange(tiles)
-    live = torch.arange(tiles)[None, :] * block_m < layout.lengths.long().cpu()[pairs % nb][:, None]
-    return entries[live].to(torch.int32)
+    k_mean: torch.Tensor
+    v_mean: torch.Tensor
+    log2_len: torch.Tensor
 
 
-def id_dtype(n_blocks: int) -> torch.dtype:
-    """The dtype of a mask's block ids: 16 bits while they fit."""
-    return torch.int16 if n_blocks < 2**15 else torch.int32
+def bits_from_dense(keep: torch.Tensor) -> torch.Tensor:
+    """The int64 bitmap (..., ceil(NB / 64)) of a bool (..., NB) matrix of visited pairs."""
+    nb = keep.shape[-1]
+    words = -(-nb // 64)
+    padded = torch.zeros(*keep.shape[:-1], words * 64, dtype=torch.int64, device=keep.device)
+    padded[..., :nb] = keep
+    # Distinct bits: their sum is their OR (bit 63 wraps to the sign, as the router writes it).
+    return (padded.view(*keep.shape[:-1], words, 64) << torch.arange(64, device=keep.device)).sum(-1)
 
 
-def mask_from_dense(keep: torch.Tensor, layout: BlockLayout, block_m: int, order: str = "head") -> BlockMask:
-    """The :class:`BlockMask` of a bool (Bm, H, NB, NB) matrix of visited pairs (host work)."""
+def mask_from_dense(keep: torch.Tensor, layout: BlockLayout) -> BlockMask:
+    """The reused :class:`BlockMask` of a bool (Bm, H, NB, NB) matrix of visited pairs (host
+    work)."""
     if keep.dtype != torch.bool or keep.dim() != 4 or keep.shape[-2:] != (layout.n_blocks, layout.n_blocks):
         raise ValueError(f"keep must be a bool tensor (Bm, H, NB, NB) with NB = {layout.n_blocks}, "
                          f"got {keep.dtype} {tuple(keep.shape)}")
     keep = keep.cpu()
-    nb, ng = layout.n_blocks, layout.n_grid_blocks
+    ng = layout.n_grid_blocks
     counts = torch.stack([keep[..., :ng].sum(-1), keep[..., ng:].sum(-1)], dim=-1).to(torch.int32)
-    width = max(1, int(counts.sum(-1).max()))
-    ids = torch.empty(*keep.shape[:2], nb, width, dtype=id_dtype(nb))
-    index = torch.arange(nb, dtype=torch.int32)
-    for b in range(keep.shape[0]):
-        for h in range(keep.shape[1]):  # one head at a time: the sort key is 4 bytes a pair
-            # Visited blocks first, each group ascending: sort on (not visited, index).
-            key = (~keep[b, h]).to(torch.int32) * nb + index
-            ids[b, h] = (torch.sort(key, dim=-1).values[:, :width] % nb).to(ids.dtype)
-    work = work_order(counts.sum(-1).sum(0), layout, block_m, order)
     dev = layout.device
-    return BlockMask(layout, counts.to(dev).contiguous(), ids.to(dev).contiguous(), work.to(dev), block_m)
+    return BlockMask(layout, counts.to(dev).contiguous(), bits_from_dense(keep).to(dev).contiguous(), reused=True)

@@ -48,7 +48,8 @@ import functools
 
 import torch
 
-from ._checks import cache_device, check_int, shown
+from ._checks import check_int, shown
+from ._device import cache_device
 
 __all__ = [
     "TileLayout", "tile_layout", "check_grid", "check_tile", "check_padding", "tokens_to_front", "tokens_back",
@@ -252,7 +253,7 @@ def _pieces_joined(x: torch.Tensor, pieces, dim: int) -> torch.Tensor:
     """A contiguous copy of ``x`` whose axis ``dim`` holds its (start, length) ``pieces`` in
     turn, one strided copy per piece. ``torch.cat`` of pieces that are not contiguous
     themselves (a token range of a heads-first tensor) took 2.7 times as long: 6.61 against
-    2.45 ms for HunyuanVideo 720p's q, k and v on the H200 (NOTES #40)."""
+    2.45 ms for HunyuanVideo 720p's q, k and v on the H200."""
     out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
     at = 0
     for start, length in pieces:

@@ -1,17 +1,11 @@
 """Public PSA entry point (Triton). The float specification is ``psa_reference``."""
 from __future__ import annotations
 
-import triton
-
 from ._checks import check_qkv, resolve_scale, unit_stride_last_dim
-from .block_sparse import block_sparse_attention
+from .engine import block_sparse_attention
 from .layout import check_grid, check_tile
 from .psa_mask import check_params, psa_kernel_mask
 from .psa_reference import check_extra_tokens
-
-# Query rows per program: a PSABlock (384 tokens at Wan 720p) is walked in tiles of at most 128.
-PSA_BLOCK_M = 128
-
 
 def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, config=None):
     """PSA self-attention of q, k, v (B, L, H, D) on CUDA, fp16/bf16, D in {64, 128}.
@@ -20,7 +14,7 @@ def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, co
     ``params`` the integer (H, 6) stripe parameters (Tw, To, Ts, Sw, So, Ss) of
     ``psa_mask``; ``tile`` the PSABlock (bt, bh, bw); ``extra_tokens`` the non-grid tokens
     at the end of the sequence (HunyuanVideo's text), which attend to and are attended by
-    every token. ``config``: a ``launch_config.LaunchConfig`` to force (default: the
+    every token. ``config``: a ``engine.launch_config.LaunchConfig`` to force (default: the
     device's). Returns (B, L, H, D) in the input dtype.
     """
     B, L, H, D = check_qkv(q, k, v, for_kernel=True)
@@ -29,7 +23,5 @@ def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, co
     params = check_params(params, num_heads=H)
     scale = resolve_scale(scale, D)
     q, k, v = (unit_stride_last_dim(t) for t in (q, k, v))
-    block_tokens = tile[0] * tile[1] * tile[2]
-    block_m = min(PSA_BLOCK_M, max(16, triton.next_power_of_2(block_tokens)))
-    mask = psa_kernel_mask(grid, params, tile, extra, q.device, block_m=block_m)
+    mask = psa_kernel_mask(grid, params, tile, extra, q.device)
     return block_sparse_attention(q, k, v, mask, scale=scale, config=config)

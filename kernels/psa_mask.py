@@ -154,7 +154,7 @@ The special cases of the paper
   intermediate height are not of the form M(...): a stride repeats a diagonal over the whole
   frame and no parameter counts repetitions; a search then picks the nearest M.
 * Dense: ``Tw >= nT`` and ``Sw >= nH * nW`` with zero offsets (strides do not matter).
-These are tested in ``tests/test_psa_mask.py``.
+These are tested in ``tests/kernels/test_psa_mask.py``.
 
 What this reading gives up, on purpose: a flattened diagonal D is kept only at its nearest
 2D displacement, never at the far one that wraps from one edge of the frame to the other
@@ -195,8 +195,10 @@ import math
 import numpy as np
 import torch
 
-from ._checks import cache_device, check_int
-from .layout import MAX_TILE_TOKENS, check_grid, check_tile
+from ._checks import check_int
+from ._device import cache_device
+from .block_mask import block_layout, mask_from_dense
+from .layout import check_grid, check_tile
 
 __all__ = [
     "FIELDS",
@@ -380,34 +382,30 @@ def psa_mask(grid, params, tile) -> "PSAMask":
 # One entry per distinct (grid, per-layer params): a preset gives every layer its own masks,
 # so the cache must hold all layers of the deepest model (HunyuanVideo: 60 blocks). With 32
 # entries the 40 Wan / 60 HunyuanVideo layers evicted each other and every call rebuilt its
-# mask on the CPU (8 / 38 ms per call in benchmarks/results/e2e_comfyui_h200_*.json).
+# mask on the CPU (8 / 38 ms per call on the H200).
 KERNEL_MASK_CACHE_LAYERS = 128
 
 
 @functools.lru_cache(maxsize=KERNEL_MASK_CACHE_LAYERS)
-def _cached_kernel_mask(grid, tile, params_bytes, num_heads, extra_tokens, block_m, order, device_str):
-    from .block_mask import block_layout, mask_from_dense
-
+def _cached_kernel_mask(grid, tile, params_bytes, num_heads, extra_tokens, device_str):
     params = torch.frombuffer(bytearray(params_bytes), dtype=torch.int64).reshape(num_heads, 6)
     layout = block_layout(grid, tile, extra_tokens, device_str)
     nb, ng = layout.n_blocks, layout.n_grid_blocks
     keep = torch.ones(1, num_heads, nb, nb, dtype=torch.bool)
     keep[0, :, :ng, :ng] = _build_mask(layout.block_grid, params)
-    return mask_from_dense(keep, layout, block_m, order)
+    return mask_from_dense(keep, layout)
 
 
-def psa_kernel_mask(grid, params, tile, extra_tokens: int = 0, device="cpu", block_m: int = 128,
-                    order: str = "head"):
+def psa_kernel_mask(grid, params, tile, extra_tokens: int = 0, device="cpu"):
     """The engine's ``BlockMask`` of a PSA call, cached: grid blocks by the stripe mask, the
     blocks of the ``extra_tokens`` after the grid attended by and attending to every block.
-    ``block_m``: query rows per program; ``order``: the work order (``block_mask.work_order``).
-    The cached tensors are shared: do not modify them."""
+    The mask is reused: the engine keeps its work forms with it. The cached tensors are shared:
+    do not modify them."""
     grid, tile = check_grid(grid), check_tile(tile)
     p = check_params(params)
     extra_tokens = check_int(extra_tokens, "extra_tokens", 0)
-    block_m = check_int(block_m, "block_m", 1, MAX_TILE_TOKENS)
-    return _cached_kernel_mask(grid, tile, p.numpy().tobytes(), p.shape[0], extra_tokens, block_m,
-                               order, str(cache_device(device)))
+    return _cached_kernel_mask(grid, tile, p.numpy().tobytes(), p.shape[0], extra_tokens,
+                               str(cache_device(device)))
 
 
 class PSAMask:

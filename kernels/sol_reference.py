@@ -1,22 +1,20 @@
 """Sol-Attn in plain PyTorch float32: the specification the Triton path is tested against.
 
-Blocks and routing are those of ``sol_routing`` (3D tiles of the grid, extra blocks as sinks,
+Blocks and routing are those of ``sol_rules`` (3D tiles of the grid, extra blocks as sinks,
 or row-major blocks). Query row r of block i attends, in one softmax,
 - to every token of every exact block with its true score s·q_r·k_tᵀ, and
-- with ``correction`` (the default), to every other block j through one pooled entry: logit
-  s·q_r·K̄_jᵀ + log(len_j) and value V̄_j, i.e. exp(s·q_r·K̄_jᵀ)·len_j in the denominator and
-  the same times V̄_j in the numerator (the paper's zero-order Taylor term, counted with the
-  block's true length).
-A row with no term at all (only possible without the correction) outputs zeros, unless its
-query holds a NaN. Nothing else is zeroed: a NaN in q, k or v gives NaN where dense attention
-does (a query block whose routing is NaN is all exact, see ``sol_routing``).
+- to every other block j through one pooled entry: logit s·q_r·K̄_jᵀ + log(len_j) and value
+  V̄_j, i.e. exp(s·q_r·K̄_jᵀ)·len_j in the denominator and the same times V̄_j in the numerator
+  (the paper's zero-order Taylor term, counted with the block's true length).
+Nothing is zeroed: a NaN in q, k or v gives NaN where dense attention does (a query block
+whose routing is NaN is all exact, see ``sol_rules``).
 """
 from __future__ import annotations
 
 import torch
 
-from ._checks import check_estimator, check_qkv, check_token_ranges, per_head_beta, resolve_scale
-from .sol_routing import block_thresholds, exact_blocks, forced_key_blocks, sol_layout
+from ._checks import check_estimator, check_qkv, check_token_ranges, resolve_scale
+from .sol_rules import block_thresholds, exact_blocks, forced_key_blocks, per_head_beta, sol_layout
 
 # Query rows per step of the reference; bounds its memory to rows · L floats per (batch, head).
 _REFERENCE_ROWS_PER_CHUNK = 1024
@@ -44,36 +42,31 @@ def pooled_means(x: torch.Tensor, layout) -> torch.Tensor:
     return means.to(x.dtype).transpose(1, 2)
 
 
-def _selection(q_mean, k_mean, tau, forced, keep_diagonal, scale):
+def _selection(q_mean, k_mean, tau, forced, scale):
     proxy = scale * (q_mean.float() @ k_mean.float().transpose(-1, -2))  # (B, H, N, N)
-    selected = exact_blocks(proxy, tau[..., None]) | forced
-    if keep_diagonal:
-        idx = torch.arange(proxy.shape[-1], device=proxy.device)
-        selected |= (idx[:, None] - idx[None, :]).abs() <= 1
-    return selected
+    return exact_blocks(proxy, tau[..., None]) | forced
 
 
-def sol_block_selection(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None,
-                        keep_diagonal=False, scale=None):
+def sol_block_selection(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None, scale=None):
     """Exact-block selection of Sol-Attn as a bool tensor (B, H, N, N) over the call's blocks
-    (``sol_routing.sol_layout``), for tests and tools. This materialises the N×N map that the
+    (``sol_rules.sol_layout``), for tests and tools. This materialises the N×N map that the
     kernel path never writes; use it on small inputs."""
     layout, forced, beta, scale = check_sol_call(q, k, v, beta=beta, estimator=estimator, grid=grid, tile=tile,
                                                  sinks=sinks, scale=scale, for_kernel=False)
     q_mean, k_mean = pooled_means(q, layout), pooled_means(k, layout)
     tau = block_thresholds(q_mean, k_mean, beta, estimator, scale)
-    return _selection(q_mean, k_mean, tau, forced, keep_diagonal, scale)
+    return _selection(q_mean, k_mean, tau, forced, scale)
 
 
-def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None,
-                            keep_diagonal=False, correction=True, scale=None, return_stats=False):
+def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None, scale=None,
+                            return_stats=False):
     """Float32 Sol-Attn on any device; same arguments and result as ``kernels.sol_attention``."""
     layout, forced, beta, scale = check_sol_call(q, k, v, beta=beta, estimator=estimator, grid=grid, tile=tile,
                                                  sinks=sinks, scale=scale, for_kernel=False)
     B, L, H, D = q.shape
     q_mean, k_mean, v_mean = (pooled_means(x, layout) for x in (q, k, v))
     tau = block_thresholds(q_mean, k_mean, beta, estimator, scale)
-    selection = _selection(q_mean, k_mean, tau, forced, keep_diagonal, scale)
+    selection = _selection(q_mean, k_mean, tau, forced, scale)
 
     blocks = layout.token_blocks()
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
@@ -86,7 +79,7 @@ def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile
         token_sel = sel_rows[..., blocks]  # (B, H, R, L)
         exact = (scale * qf[:, :, r0:r1] @ kf.transpose(-1, -2)).masked_fill(~token_sel, float("-inf"))
         pooled = scale * qf[:, :, r0:r1] @ k_pool.transpose(-1, -2) + log_lens
-        pooled = pooled.masked_fill(sel_rows | (not correction), float("-inf"))
+        pooled = pooled.masked_fill(sel_rows, float("-inf"))
         logits = torch.cat([exact, pooled], dim=-1)
         # Rows with no term at all give zeros (not NaN), unless the query row holds a NaN.
         empty = (logits == float("-inf")).all(dim=-1, keepdim=True) & ~qf[:, :, r0:r1].isnan().any(-1, keepdim=True)

@@ -6,7 +6,6 @@ package (``..kernels``). Tests and scripts may instead put the repository root f
 and must be the folder beside ``nodes/``: transformers 5.x installs another top-level package
 named ``kernels``.
 """
-import importlib
 from pathlib import Path
 
 try:  # imported as <pack>.nodes
@@ -20,9 +19,4 @@ except ImportError:  # imported as top-level ``nodes``
                           "put the pack's folder first on sys.path")
 
 
-def kernels_module(name: str):
-    """A submodule of the same ``kernels`` package, e.g. ``kernels_module("presets")``."""
-    return importlib.import_module(f"{kernels.__name__}.{name}")
-
-
-__all__ = ["kernels", "kernels_module"]
+__all__ = ["kernels"]

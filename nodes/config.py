@@ -1,10 +1,10 @@
 """Settings of one "Sparse Attention Patch": parsing and validation, no ComfyUI import.
 
 Every error names the widget so the user can fix the node. Numbers in text widgets are
-read with ASCII digits only (``kernels._checks.parse_int``; Python's ``int`` would also read
+read with ASCII digits only (``widgets.parse_int``; Python's ``int`` would also read
 "１" as 1), and patterns are matched in full (``re.fullmatch``: ``$`` would let a trailing
 newline through). A ``sol_tile`` tile holds 64 tokens and has the limits of
-``kernels.layout.check_tile``, checked here, before any layout is built.
+``kernels.check_tile``, checked here, before any layout is built.
 """
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ._kernels import kernels_module
+from ._kernels import kernels
+from .widgets import parse_int
 
-METHODS = ("sol_attn", "psa", "dense")
+METHODS = ("sol_attn", "psa", "dense")   # methods.METHODS holds their strategies
 ESTIMATORS = ("exact", "diag")
 BACKENDS = ("auto", "triton", "reference")
-PRESET_GRID_POLICIES = ("refuse", "rescale")  # kernels.presets.Preset.params_for_grid
-_checks = kernels_module("_checks")
-shown = _checks.shown  # an echoed value, cut short
+PRESET_GRID_POLICIES = ("refuse", "rescale")  # kernels.Preset.params_for_grid
+shown = kernels.shown  # an echoed value, cut short
 
 
 _BLOCK_RANGE = re.compile(r"\s*(-?[0-9]{1,9})\s*(?:(?<=[0-9])\s*-\s*(-?[0-9]{1,9}))?\s*", re.ASCII)
@@ -78,7 +78,7 @@ def resolve_blocks(ranges, total_blocks: int) -> frozenset:
 
 def parse_tile(text: str, widget: str = "sol_tile") -> Optional[tuple[int, int, int]]:
     """Parse a tile widget (``sol_tile``, the search's ``tile``): ``"off"``/``""`` → None,
-    ``"bt,bh,bw"`` → a 3D tile within ``kernels.layout``'s limits; errors name ``widget``."""
+    ``"bt,bh,bw"`` → a 3D tile within the library's limits; errors name ``widget``."""
     if text is None:
         return None
     t = str(text).strip().lower()
@@ -86,14 +86,14 @@ def parse_tile(text: str, widget: str = "sol_tile") -> Optional[tuple[int, int, 
         return None
     parts = [p for p in re.split(r"[,x×\s]+", t) if p]
     try:
-        tile = tuple(_checks.parse_int(p, widget) for p in parts)
+        tile = tuple(parse_int(p, widget) for p in parts)
     except ValueError:
         tile = ()
     if len(tile) != 3 or any(v < 1 for v in tile):
         raise ValueError(
             f"{widget}: expected \"off\" or three positive integers bt,bh,bw (e.g. \"2,4,8\"), "
             f"got {shown(text)}")
-    return kernels_module("layout").check_tile(tile, widget)
+    return kernels.check_tile(tile, widget)
 
 
 SOL_TILE_AUTO = "auto"
@@ -123,7 +123,6 @@ class PatchConfig:
     min_tokens: int = 4096
     sol_tile: object = SOL_TILE_AUTO   # "auto", None (row-major) or a 64-token tile
     backend: str = "auto"
-    keep_diagonal: bool = False
     preset_grid: str = "refuse"
     dense_blocks_text: str = field(default="0", compare=False)
 
@@ -131,7 +130,7 @@ class PatchConfig:
     def effective_beta(self) -> float:
         """β used by Sol-Attn: from ``target_sparsity`` when it is set, else ``beta``."""
         if self.target_sparsity > 0.0:
-            return float(kernels_module("sol_routing").beta_for_density(1.0 - self.target_sparsity))
+            return float(kernels.beta_for_density(1.0 - self.target_sparsity))
         return float(self.beta)
 
     def warmup_steps(self, total_steps: int) -> int:
@@ -141,16 +140,9 @@ class PatchConfig:
     def final_dense_steps(self, total_steps: int) -> int:
         return int(math.floor(self.final_dense * total_steps + 0.5 + 1e-9))
 
-    def step_is_dense(self, step: Optional[int], total: Optional[int]) -> bool:
-        if step is None or total is None:
-            return False
-        if step < self.warmup_steps(total):
-            return True
-        return step >= total - self.final_dense_steps(total)
-
 
 def _num(name, value, lo=None, hi=None, integer=False, allow_neg_inf=False):
-    v = _checks.check_number(value, name)
+    v = kernels.check_number(value, name)
     if math.isinf(v) and not (allow_neg_inf and v < 0):
         raise ValueError(f"{name}: must be finite, got {shown(value)}")
     if integer and v != int(v):
@@ -164,8 +156,7 @@ def _num(name, value, lo=None, hi=None, integer=False, allow_neg_inf=False):
 
 def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exact",
                 warmup=0.2, final_dense=0.0, dense_blocks="0", min_tokens=4096,
-                sol_tile=SOL_TILE_AUTO, backend="auto", keep_diagonal=False,
-                preset_grid="refuse") -> PatchConfig:
+                sol_tile=SOL_TILE_AUTO, backend="auto", preset_grid="refuse") -> PatchConfig:
     """Validate widget values; raise ValueError/TypeError naming the widget."""
     if method not in METHODS:
         raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {shown(method)}")
@@ -176,7 +167,7 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
     if preset_grid not in PRESET_GRID_POLICIES:
         raise ValueError(f"preset_grid: expected one of {', '.join(PRESET_GRID_POLICIES)}, "
                          f"got {shown(preset_grid)}")
-    beta = _checks.check_beta(_num("beta", beta, allow_neg_inf=True))
+    beta = kernels.check_beta(_num("beta", beta, allow_neg_inf=True))
     target_sparsity = _num("target_sparsity", target_sparsity, 0.0, 0.999)
     if target_sparsity > 0.0 and 1.0 - target_sparsity == 1.0:  # no β reaches that density
         raise ValueError(f"target_sparsity: {shown(target_sparsity)} is too small to aim at (1 - target_sparsity "
@@ -190,5 +181,5 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
         method=method, beta=beta, target_sparsity=target_sparsity, estimator=estimator,
         warmup=warmup, final_dense=final_dense, dense_blocks=parse_block_list(dense_blocks),
         min_tokens=min_tokens, sol_tile=parse_sol_tile(sol_tile), backend=backend,
-        keep_diagonal=bool(keep_diagonal), preset_grid=preset_grid,
+        preset_grid=preset_grid,
         dense_blocks_text=str(dense_blocks))

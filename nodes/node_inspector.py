@@ -28,7 +28,7 @@ import torch
 from comfy_api.latest import io, ui
 
 from . import draw
-from ._kernels import kernels_module
+from ._kernels import kernels
 from .node_patch import Preset
 from .patching import dispatcher_of
 
@@ -98,7 +98,7 @@ def preset_masks(preset, layer: int, grid=None, policy="refuse"):
     layer = layer + n_layers if layer < 0 else layer
     if not 0 <= layer < n_layers:
         raise ValueError(f"mask_layer: {layer} is outside the preset's {n_layers} layers")
-    m = kernels_module("psa_mask").psa_mask(grid, preset.params_for(layer, 0.0), preset.tile)
+    m = kernels.psa_mask(grid, preset.params_for(layer, 0.0), preset.tile)
     return m.mask.numpy(), m.density(tokens=True).numpy(), grid, layer
 
 
@@ -181,7 +181,7 @@ def render(model=None, preset=None, mask_layer=0):
         else:
             heads = draw.heatmap(h, "DENSITY PER HEAD  (LAYER X HEAD)", "LAYER", "HEAD")
     if preset is None and d is not None:
-        preset = d.preset
+        preset = d.method.preset
     if preset is None:
         masks = draw.message_image("PSA MASKS", "NO PSA PRESET")
     else:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from comfy_api.latest import io
 
-from ._kernels import kernels_module
+from ._kernels import kernels
 from .config import BACKENDS, ESTIMATORS, METHODS, PRESET_GRID_POLICIES, make_config
 from .patching import patch_model
 
@@ -11,10 +11,9 @@ PRESET_TYPE = "SPARSE_MASK_PRESET"
 Preset = io.Custom(PRESET_TYPE)
 
 _DENSITY_TABLE = "β 1.0 → ~16 % of key blocks exact, 1.5 → ~7 %, 2.0 → ~2.3 % (density = 1 − Φ(β))"
-_routing = kernels_module("sol_routing")
-_BETA_RANGE = (f"Documented range {_routing.BETA_MIN:g} to {_routing.BETA_MAX:g} (density "
-               f"~{100 * _routing.density_for_beta(_routing.BETA_MIN):.0f} % down to "
-               f"~{100 * _routing.density_for_beta(_routing.BETA_MAX):.3f} %); a value outside it "
+_BETA_RANGE = (f"Documented range {kernels.BETA_MIN:g} to {kernels.BETA_MAX:g} (density "
+               f"~{100 * kernels.density_for_beta(kernels.BETA_MIN):.0f} % down to "
+               f"~{100 * kernels.density_for_beta(kernels.BETA_MAX):.3f} %); a value outside it "
                "runs, with a warning in the console")
 
 

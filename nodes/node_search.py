@@ -1,4 +1,5 @@
-"""The "PSA Mask Search" and "PSA Mask Select" nodes (issue 5, search inside ComfyUI).
+"""The "PSA Mask Search" and "PSA Mask Select" nodes: the search runs inside an ordinary
+ComfyUI sampling run, where the model's own q, k, v are at hand.
 
 Workflow: model loader → PSA Mask Search → the usual sampler (its video is rendered dense, as
 without the node). Each sampling run writes or extends ``models/psa_loss_tables/<name>
@@ -13,9 +14,9 @@ import os
 
 from comfy_api.latest import io
 
-from ._kernels import kernels_module
+from ._kernels import kernels
 from .node_patch import Preset
-from .presets import MODELS_SUBFOLDER, presets_dir
+from .presets import KNOWN_FAMILIES, MODELS_SUBFOLDER, presets_dir
 from .search import (MAX_CANDIDATES, QKV_SUBFOLDER, SET_ASIDE, TABLES_SUBFOLDER, make_search_config,
                      patch_model_for_search)
 
@@ -155,14 +156,12 @@ class PSAMaskSelect(io.ComfyNode):
     def execute(cls, table, rule="alpha", alpha=0.01, target_sparsity=0.6, metric="rel",
                 preset_name="my_preset", author="", overwrite=False) -> io.NodeOutput:
         import folder_paths
-        ps = kernels_module("psa_search")
-        pr = kernels_module("presets")
-        shown = kernels_module("_checks").shown
+        shown = kernels.shown
         # the widgets first: an error names the widget that causes it, never the table
-        pr.check_name(preset_name, "preset_name")
+        kernels.check_preset_name(preset_name, "preset_name")
         if rule not in ("alpha", "target_sparsity"):
             raise ValueError(f"rule: expected alpha or target_sparsity, got {shown(rule)}")
-        author = pr.FieldChecks.str_(author or "", "author", pr.MAX_AUTHOR)
+        author = kernels.check_preset_text(author or "", "author", kernels.MAX_AUTHOR)
         try:
             out = os.path.join(presets_dir(), f"{preset_name}.json")
         except OSError as e:
@@ -172,7 +171,7 @@ class PSAMaskSelect(io.ComfyNode):
         if not path:
             raise ValueError(f"table: {shown(table)} is not in models/{TABLES_SUBFOLDER}/")
         try:
-            t = ps.LossTable.load(path)  # validated: its grid, tile and settings are bounded
+            t = kernels.LossTable.load(path)  # validated: its grid, tile and settings are bounded
         except (ValueError, OSError) as e:
             raise ValueError(f"table: {e}") from None
         st = t.settings
@@ -186,17 +185,17 @@ class PSAMaskSelect(io.ComfyNode):
         else:
             sel = t.select(target_sparsity=target_sparsity, metric=metric)
         try:
-            preset = pr.preset_from_selection(
+            preset = kernels.preset_from_selection(
                 sel, name=preset_name, family=st["family"], model_name=st.get("model_name", ""),
                 fingerprint=st["fingerprint"], grid=t.grid, tile=t.tile,
                 candidates=int(t.candidates.shape[0]), prompts=st.get("prompts", 1),
-                settings=st, author=author,
+                settings=st, author=author, known_families=KNOWN_FAMILIES,
                 notes=f"Searched in ComfyUI with 'PSA Mask Search' (table {table}, steps "
                       f"{str(st.get('steps', 'all'))[:100]}, {int(t.calls.sum())} calls).")
         except ValueError as e:
             raise ValueError(f"table: {shown(table)}: {e}") from None
         try:
-            pr.save_preset(preset, out, overwrite=bool(overwrite))  # never through a link
+            kernels.save_preset(preset, out, overwrite=bool(overwrite))  # never through a link
         except ValueError as e:
             raise ValueError(f"preset_name: {e}") from None
         info = {"preset": out, "rule": sel.rule, "sparsity": preset.stats["sparsity"],

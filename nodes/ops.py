@@ -29,20 +29,17 @@ def _ranges(flat: list[int]):
 
 
 def _sol_impl(q, k, v, beta: float, beta_heads: Optional[torch.Tensor], estimator: str,
-              sinks: list[int], keep_diagonal: bool, scale: float, grid: list[int],
-              tile: list[int], correction: bool, backend: str):
+              sinks: list[int], scale: float, grid: list[int], tile: list[int], backend: str):
     fn = kernels.sol_attention_reference if backend == "reference" else kernels.sol_attention
     out, stats = fn(
         q, k, v,
         beta=beta_heads if beta_heads is not None else beta,
         estimator=estimator,
         sinks=_ranges(sinks),
-        keep_diagonal=keep_diagonal,
         scale=None if scale <= 0 else scale,
         return_stats=True,
         grid=tuple(grid) or None,
         tile=tuple(tile) or None,
-        correction=correction,
     )
     return out.to(q.dtype).contiguous(), stats["density"].to(torch.float32).contiguous()
 
@@ -59,14 +56,12 @@ if not _defined("sol_attention"):
     @torch.library.custom_op(f"{NAMESPACE}::sol_attention", mutates_args=())
     def _sol_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: float,
                 beta_heads: Optional[torch.Tensor], estimator: str, sinks: list[int],
-                keep_diagonal: bool, scale: float, grid: list[int], tile: list[int],
-                correction: bool, backend: str) -> tuple[torch.Tensor, torch.Tensor]:
-        return _sol_impl(q, k, v, beta, beta_heads, estimator, sinks, keep_diagonal, scale,
-                         grid, tile, correction, backend)
+                scale: float, grid: list[int], tile: list[int],
+                backend: str) -> tuple[torch.Tensor, torch.Tensor]:
+        return _sol_impl(q, k, v, beta, beta_heads, estimator, sinks, scale, grid, tile, backend)
 
     @_sol_op.register_fake
-    def _(q, k, v, beta, beta_heads, estimator, sinks, keep_diagonal, scale, grid, tile,
-          correction, backend):
+    def _(q, k, v, beta, beta_heads, estimator, sinks, scale, grid, tile, backend):
         b, _, h, _ = q.shape
         return (q.new_empty(q.shape), q.new_empty((b, h), dtype=torch.float32))
 
@@ -82,16 +77,15 @@ if not _defined("psa_attention"):
         return q.new_empty(q.shape)
 
 
-def sol_attention(q, k, v, *, beta, estimator="exact", sinks=None, keep_diagonal=False,
-                  scale=None, grid=None, tile=None, correction=True, backend="triton"):
+def sol_attention(q, k, v, *, beta, estimator="exact", sinks=None, scale=None, grid=None,
+                  tile=None, backend="triton"):
     """Sol-Attn through the custom op; returns ``(out (B,L,H,D), density (B,H))``."""
     beta_heads = beta if torch.is_tensor(beta) else None
     beta_f = 0.0 if beta_heads is not None else float(beta)
     flat = [int(x) for r in (sinks or ()) for x in r]
     op = getattr(torch.ops, NAMESPACE).sol_attention
-    return op(q, k, v, beta_f, beta_heads, estimator, flat, bool(keep_diagonal),
-              -1.0 if scale is None else float(scale), list(grid or ()), list(tile or ()),
-              bool(correction), backend)
+    return op(q, k, v, beta_f, beta_heads, estimator, flat, -1.0 if scale is None else float(scale),
+              list(grid or ()), list(tile or ()), backend)
 
 
 def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, backend="triton"):

@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import logging
 
-from ._kernels import kernels_module
 from .adapters import adapter_for
 from .config import PatchConfig
 from .dispatch import (TRANSFORMER_OPTIONS_KEY, WRAPPER_KEY, SparseAttention,
                        apply_model_wrapper, dispatcher_in, outer_sample_wrapper)
-from .presets import check_preset_for_model
+from .methods import method_for
 
 log = logging.getLogger("sparse_video_attention")
 
@@ -47,18 +46,7 @@ def patch_model(model, config: PatchConfig, preset=None):
                     type(dm).__name__)
         return model
     info = adapter.info(dm)
-    if config.method == "sol_attn":
-        # accepted, but said once here; the kernels warn too (BetaRangeWarning)
-        problem = kernels_module("sol_routing").beta_range_problem(config.effective_beta)
-        if problem:
-            log.warning("[sparse-video-attention] %s", problem)
-    if config.method == "psa":
-        if preset is None:
-            raise ValueError("preset: method 'psa' needs a stripe-mask preset; connect a "
-                             "'Load Stripe Mask Preset' node")
-        check_preset_for_model(preset, info)
-
-    return install(model, SparseAttention(config, adapter, info, preset=preset))
+    return install(model, SparseAttention(config, adapter, info, method_for(config, preset, info)))
 
 
 def install(model, state):

@@ -1,28 +1,28 @@
 """Stripe-mask presets (PSA) as the nodes use them.
 
-The format, its validation and its policies belong to ``kernels/presets.py``; this module
-only connects them to ComfyUI:
+The format, its validation and its policies belong to the library (``kernels.Preset``,
+``kernels.load_preset``); this module only connects them to ComfyUI:
 
 - where presets live: the pack's ``mask_presets/`` and ``models/sparse_attention_presets/``
   (registered with ``folder_paths``); names are resolved by
-  ``kernels.presets.resolve_preset_path`` (bare file names, confined to those folders);
+  ``kernels.resolve_preset_path`` (bare file names, confined to those folders);
 - :func:`check_preset_for_model`: at patch time, ``Preset.check_model`` against the patched
   model's fingerprint ``{layers, heads, head_dim, hidden_size}`` and family (the error names
   each mismatch);
 - at sampling time the dispatcher asks ``Preset.params_for_grid(grid, on_mismatch)`` (refuse
-  or rescale, as ``kernels/presets.py`` defines) and ``Preset.params_for(layer, progress)``.
+  or rescale, as the library defines) and ``Preset.params_for(layer, progress)``.
 
 Family names: a preset's ``model.family`` must be one of the names listed for the model's
 adapter in :data:`FAMILY_NAMES` (``wan`` also accepts ``wan2.1``/``wan2.2``: Wan 2.1 and the
-2.2 A14B models share one architecture; the fingerprint tells the sizes apart). The list is
-``kernels.presets.FAMILY_NAMES``, which also validates the field when a preset is read.
+2.2 A14B models share one architecture; the fingerprint tells the sizes apart). The adapters'
+family names are ComfyUI's side, so the table lives here.
 """
 from __future__ import annotations
 
 import logging
 import os
 
-from ._kernels import kernels_module
+from ._kernels import kernels
 
 log = logging.getLogger("sparse_video_attention")
 
@@ -32,12 +32,13 @@ PACK_PRESET_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
                                "mask_presets")
 
 # adapter family -> preset family names accepted for it (the first is what the nodes write)
-FAMILY_NAMES = kernels_module("presets").FAMILY_NAMES
-GRID_POLICIES = ("refuse", "rescale")
-
-
-def presets_module():
-    return kernels_module("presets")
+FAMILY_NAMES = {
+    "wan": ("wan", "wan2.1", "wan2.2"),
+    "hunyuan_video": ("hunyuan_video",),
+    "ltxv": ("ltxv",),
+    "ltx2": ("ltx2",),
+}
+KNOWN_FAMILIES = tuple(name for names in FAMILY_NAMES.values() for name in names)  # what presets may say
 
 
 def model_fingerprint(info) -> dict:
@@ -78,7 +79,7 @@ def preset_folders() -> list[str]:
 
 def list_presets() -> list[str]:
     """Names for the loader's list: the files of :func:`preset_folders` that the loader finds
-    by that name (``kernels.presets.resolve_preset_path``: bare names, regular files, no link
+    by that name (``kernels.resolve_preset_path``: bare names, regular files, no link
     out of the folder). Never raises: ComfyUI drops a node whose list raises, shipped presets
     and all, so an unreadable folder is skipped with a warning."""
     folders = preset_folders()
@@ -89,7 +90,7 @@ def list_presets() -> list[str]:
         except OSError as e:
             log.warning("[sparse-video-attention] cannot list the preset folder %s (%s); its "
                         "presets are not offered", folder, e.strerror or type(e).__name__)
-    resolve = presets_module().resolve_preset_path
+    resolve = kernels.resolve_preset_path
     listed = []
     for name in sorted(names):
         try:
@@ -102,12 +103,11 @@ def list_presets() -> list[str]:
 
 def load_named_preset(name: str):
     """Load a preset by its bare file name from :func:`preset_folders` (validated)."""
-    mod = presets_module()
     folders = preset_folders()
     if not folders:
-        raise ValueError(f"preset {kernels_module('_checks').shown(name)}: no preset folder exists "
+        raise ValueError(f"preset {kernels.shown(name)}: no preset folder exists "
                          f"(models/{MODELS_SUBFOLDER}/ or the pack's mask_presets/)")
-    return mod.load_preset(name, folders=folders)
+    return kernels.load_preset(name, folders=folders, known_families=KNOWN_FAMILIES)
 
 
 def presets_dir() -> str:

@@ -1,14 +1,14 @@
-"""PSA mask search inside an ordinary ComfyUI sampling run (issue 5, "capture and evaluate").
+"""PSA mask search inside an ordinary ComfyUI sampling run: the q, k, v of the video
+self-attention are only there while a sampler runs, so the search measures them there.
 
-:class:`SearchAttention` is a dispatcher (:class:`~.dispatch.SparseAttention`) whose override
-always returns the dense attention — the workflow's own video is unchanged — and, for every
-video self-attention call of the chosen steps, feeds q, k, v to
-``kernels.psa_search.PSASearchAccumulator`` (every candidate mask evaluated against that
-call's dense output, per layer, head and step bucket). At the end of a sampling run the loss
-table is written as safetensors (``LossTable.save``) to ``models/psa_loss_tables/<name>
-.safetensors``; with ``accumulate`` an existing table of the same name is merged
-(``LossTable.merge``: one run per prompt adds up). Optionally each evaluated call's q/k/v is
-saved for the offline CLI (``python -m kernels.psa_search search``) to
+:class:`SearchMethod` is the method strategy of a dispatcher (:class:`~.dispatch.SparseAttention`)
+whose override always returns the dense attention — the workflow's own video is unchanged —
+and, for every video self-attention call of the chosen steps, feeds q, k, v to the library's
+``PSASearchAccumulator`` (every candidate mask evaluated against that call's dense output,
+per layer, head and step bucket). At the end of a sampling run the loss table is written as
+safetensors (``LossTable.save``) to ``models/psa_loss_tables/<name>.safetensors``; with
+``accumulate`` an existing table of the same name is merged (``LossTable.merge``: one run per
+prompt adds up). Optionally each evaluated call's q/k/v is saved for the offline search CLI to
 ``models/psa_qkv_samples/<name>/``, after a size estimate is logged, and only when the
 estimate plus the samples already in that folder fit ``qkv_max_gb`` (the cap is on the
 folder, which runs with ``accumulate`` keep filling).
@@ -22,7 +22,7 @@ An existing table that cannot be extended never drops the run: one that cannot b
 for another grid, tile, candidate set or model to ``<name>.replaced-<time>.safetensors``; the
 new table is written and the run summary (``search.warnings``), the log and the ComfyUI
 frontend (text on the node being executed, :func:`show_in_ui`) say so. Nothing is written
-through a symbolic link (``kernels._files``): a link in place of the table or of the q/k/v
+through a symbolic link (the library refuses): a link in place of the table or of the q/k/v
 folder is refused, and the refusal reported the same way. So are Q/K/V samples that are not
 written (over ``qkv_max_gb``, a file in place of the folder, a failed write: ``search.qkv_refused``
 says why; the calls are evaluated all the same). A cancelled run (ComfyUI's interrupt,
@@ -38,11 +38,13 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from ._kernels import kernels_module
+from ._kernels import kernels
+from .calls import kernel_inputs, tokens_of
 from .config import PatchConfig, parse_block_list, parse_tile
-from .dispatch import (EXPECTED_REASONS, _REASON_TEXT, SparseAttention, call_args, is_cancel,
-                       kernel_input, tokens_of)
+from .dispatch import SparseAttention
+from .policy import Dense, is_cancel, progress, self_attention_refusal, video_span
 from .presets import model_fingerprint, preset_family
+from .widgets import parse_float
 
 log = logging.getLogger("sparse_video_attention")
 
@@ -50,18 +52,7 @@ TABLES_SUBFOLDER = "psa_loss_tables"
 QKV_SUBFOLDER = "psa_qkv_samples"
 # the names move_aside gives: kept for the user to look at or delete, never offered by Select
 SET_ASIDE = re.compile(r".*\.(?:corrupt|replaced)-[0-9]{8}-[0-9]{6}(?:-[0-9]+)?\.safetensors", re.ASCII)
-MAX_CANDIDATES = 4096  # the widget's maximum; candidates × blocks² also meets kernels.psa_mask's limit
-
-_REASON_TEXT.update({
-    "search_evaluated": "evaluated for the PSA mask search (output kept dense)",
-    "search_step": "step not chosen for the PSA mask search",
-    "search_grid": "token grid or extra tokens differ from the first call of this search run",
-    "search_error": "the PSA mask search raised an exception on this call",
-    "search_call_options": "the call passes its own softmax scale or asks for grouped-query "
-                           "attention; the loss tables assume 1/√head dim and one key head per "
-                           "query head",
-})
-EXPECTED_REASONS.update({"search_evaluated", "search_step"})
+MAX_CANDIDATES = 4096  # the widget's maximum; candidates × blocks² also meets the library's mask size limit
 
 
 @dataclass(frozen=True)
@@ -84,29 +75,28 @@ def make_search_config(name="psa_search", tile="3,8,16", steps="", bucket_edges=
                        max_candidates=128, query_tiles=32, rows_per_tile=32, seed=0,
                        accumulate=True, save_qkv=False, qkv_max_gb=20.0) -> SearchConfig:
     """Validate the search node's widgets; errors name the widget."""
-    kernels_module("presets").check_name(name, "table_name")
+    kernels.check_preset_name(name, "table_name")
     t = parse_tile(tile, "tile")
     if t is None:
         raise ValueError("tile: the search needs a PSA tile bt,bh,bw in tokens, e.g. \"3,8,16\"")
     step_ranges = parse_block_list(steps, "steps", "step")
-    checks = kernels_module("_checks")
     try:
-        edges = tuple(checks.parse_float(x, "bucket_edges")
+        edges = tuple(parse_float(x, "bucket_edges")
                       for x in re.split(r"[,\s]+", str(bucket_edges).strip()) if x)
     except ValueError:
         raise ValueError(f"bucket_edges: expected progress values in (0, 1) separated by "
-                         f"commas, e.g. \"0.5\", got {checks.shown(bucket_edges)}") from None
-    edges = tuple(kernels_module("presets").check_bucket_edges(edges, "bucket_edges"))
+                         f"commas, e.g. \"0.5\", got {kernels.shown(bucket_edges)}") from None
+    edges = tuple(kernels.check_bucket_edges(edges, "bucket_edges"))
     ints = {}
     for key, v, lo, hi in (("max_candidates", max_candidates, 1, MAX_CANDIDATES),
                            ("query_tiles", query_tiles, 0, None), ("rows_per_tile", rows_per_tile, 0, None),
                            ("seed", seed, 0, None)):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
             rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-            raise ValueError(f"{key}: expected a whole number {rng}, got {checks.shown(v)}")
+            raise ValueError(f"{key}: expected a whole number {rng}, got {kernels.shown(v)}")
         ints[key] = v
     if not isinstance(qkv_max_gb, (int, float)) or not qkv_max_gb >= 0:
-        raise ValueError(f"qkv_max_gb: expected a number >= 0, got {checks.shown(qkv_max_gb)}")
+        raise ValueError(f"qkv_max_gb: expected a number >= 0, got {kernels.shown(qkv_max_gb)}")
     return SearchConfig(name=name, tile=t, steps=step_ranges, steps_text=str(steps),
                         bucket_edges=edges, max_candidates=ints["max_candidates"],
                         query_tiles=ints["query_tiles"] or None,
@@ -165,7 +155,9 @@ def patch_model_for_search(model, search: SearchConfig):
         raise ValueError(f"model: {type(dm).__name__} is not a supported video model (Wan, "
                          "HunyuanVideo, LTX-Video, LTX-2); nothing to search")
     name = type(model.model).__name__ if hasattr(model, "model") else ""
-    return install(model, SearchAttention(search, adapter, adapter.info(dm), model_name=name))
+    config = PatchConfig(method="search", dense_blocks=(), warmup=0.0)
+    method = SearchMethod(search, name or type(adapter).__name__)
+    return install(model, SparseAttention(config, adapter, adapter.info(dm), method))
 
 
 def table_path(name: str) -> str:
@@ -202,26 +194,25 @@ def show_in_ui(text: str) -> bool:
     return True
 
 
-class SearchAttention(SparseAttention):
-    """The search dispatcher (see module docstring). One per "PSA Mask Search" output."""
+class SearchMethod:
+    """The search strategy of a dispatcher (see module docstring). One per "PSA Mask Search"
+    output; ``d`` in its methods is the dispatcher."""
+    name = "search"
+    runs_sparse = False
+    preset = None
 
-    def __init__(self, search: SearchConfig, adapter, info, prev_override=None, model_name=""):
+    def __init__(self, search: SearchConfig, model_name: str):
         self.search = search
-        super().__init__(PatchConfig(method="search", dense_blocks=(), warmup=0.0),
-                         adapter, info, prev_override=prev_override)
-        self.model_name = model_name or f"{type(adapter).__name__}"
-        self._reset_run()
+        self.model_name = model_name
+        self.start_run(None)
 
-    def fresh_copy(self, prev_override):
-        return SearchAttention(self.search, self.adapter, self.info, prev_override=prev_override,
-                               model_name=self.model_name)
+    def fresh(self) -> "SearchMethod":
+        return SearchMethod(self.search, self.model_name)
 
-    def _meta(self) -> dict:
-        m = super()._meta()
-        m["search"] = {"table_name": self.search.name, "tile": list(self.search.tile)}
-        return m
+    def meta(self) -> dict:
+        return {"search": {"table_name": self.search.name, "tile": list(self.search.tile)}}
 
-    def _reset_run(self):
+    def start_run(self, d) -> None:
         self.acc = None
         self.acc_key = None
         self.pbar = None
@@ -231,20 +222,17 @@ class SearchAttention(SparseAttention):
         self.qkv_bytes = 0
         self.qkv_refused = ""
         self.run_id = time.strftime("%Y%m%d-%H%M%S")
-        self.table_written = None
         self.warnings = []  # this run's problems with its table or samples (_warn)
 
     # ------------------------------------------------------------------ run
-    def outer_sample(self, executor, *args, **kwargs):
-        self._reset_run()
-        out = super().outer_sample(executor, *args, **kwargs)  # raises: nothing is written
-        info = self.last_run["search"] = {
+    def finish_run(self, d, summary: dict) -> None:
+        info = summary["search"] = {
             "table_name": self.search.name, "evaluated_calls": self.evaluated, "table": None,
             "qkv_dir": self.qkv_dir, "qkv_files": self.qkv_files, "qkv_bytes": self.qkv_bytes}
         if self.qkv_refused:
             info["qkv_refused"] = self.qkv_refused
         try:
-            self._finish(info)
+            self.write_table(d, info)
         except Exception as e:  # never fail the workflow after its video is done
             if is_cancel(e):
                 raise
@@ -252,7 +240,6 @@ class SearchAttention(SparseAttention):
             self._warn(f"could not write the loss table ({type(e).__name__}: {e})")
         if self.warnings:
             info["warnings"] = self.warnings
-        return out
 
     def _warn(self, text: str) -> None:
         """A problem with this run's table or samples: in the log, the run summary
@@ -268,8 +255,9 @@ class SearchAttention(SparseAttention):
             f"{why}; no samples written after the first {self.qkv_files}"
         self._warn(f"Q/K/V samples: {self.qkv_refused}")
 
-    def _steps_this_run(self):
-        sc = self.schedule
+    def _steps_this_run(self, d):
+        """(the chosen steps, how many of them this sampler call runs), None without a schedule."""
+        sc = d.schedule
         if sc is None:
             return None, None
         total = sc.total_steps
@@ -277,23 +265,22 @@ class SearchAttention(SparseAttention):
         here = range(sc.offset, sc.offset + len(sc.sigmas) - 1)
         return chosen, sum(1 for i in here if i in chosen)
 
-    def _finish(self, info: dict):
+    def write_table(self, d, info: dict):
         """Write (or extend) this run's loss table; ``info`` is the run summary's ``search``."""
         if self.acc is None:
             log.warning("[sparse-video-attention] PSA mask search: no video self-attention "
                         "call was evaluated in this run; no loss table written")
             return
-        ps = kernels_module("psa_search")
         table = self.acc.table()
         table.settings.update({
-            "family": preset_family(self.info), "model_name": self.model_name,
-            "fingerprint": model_fingerprint(self.info), "prompts": 1,
+            "family": preset_family(d.info), "model_name": self.model_name,
+            "fingerprint": model_fingerprint(d.info), "prompts": 1,
             "steps": self.search.steps_text or "all",
         })
         path = table_path(self.search.name)
         if self.search.accumulate and os.path.isfile(path) and not os.path.islink(path):
             try:
-                old = ps.LossTable.load(path)
+                old = kernels.LossTable.load(path)
             except ValueError as e:  # unreadable: kept aside, this run's table written
                 aside = move_aside(path, "corrupt")
                 self._warn(f"the existing loss table cannot be read ({e}); moved it to {aside} "
@@ -311,95 +298,90 @@ class SearchAttention(SparseAttention):
                     self._warn(f"the existing loss table {path} cannot be merged with this run ({e}); "
                                f"moved it to {aside} and wrote this run's table")
         table.save(path)
-        self.table_written = path
         info["table"] = path
         info["prompts"] = table.settings["prompts"]
         log.info("[sparse-video-attention] PSA mask search: %d calls evaluated, loss table "
                  "written to %s (%s)", self.evaluated, path, table.summary())
 
     # ------------------------------------------------------------------ the override
-    def __call__(self, func, *args, **kwargs):
-        live = self.live_dispatcher(kwargs)
-        if live is not None:
-            return live(func, *args, **kwargs)
-        self._video_call_arrived()
-        out = self._dense(func, args, kwargs)   # the workflow's own output stays dense
-        q, k, v, heads, mask, skip_reshape = call_args(args, kwargs)
-        if q is None or k is None or v is None or heads is None:
-            return out
-        reason = self.self_attention_reason(q, k, mask, skip_reshape)
-        detail = ""
-        span = None
-        if reason is None:
-            f = self.fwd
-            chosen, _ = self._steps_this_run()
-            if chosen is not None and f.step is not None and f.step not in chosen:
-                reason = "search_step"
-            elif kwargs.get("scale") is not None or kwargs.get("enable_gqa", False):
-                reason = "search_call_options"
-            else:
-                lq = tokens_of(q, skip_reshape)
-                span = self.video_grid(lq)
-                if span is None:
-                    reason, detail = "grid", f"{lq} tokens, latent grid {f.grid}"
-        if reason is None:
+    def attend(self, d, func, args, kwargs, call, in_video: bool):
+        """The override's answer to one call: the dense output, and the call evaluated."""
+        out = d.dense(func, args, kwargs)   # the workflow's own output stays dense
+        verdict = self.plan(d, call)
+        if not isinstance(verdict, Dense):
             try:
-                reason, detail = self._evaluate(q, k, v, heads, skip_reshape, span)
+                verdict = self.run(d, call, verdict)
             except Exception as e:  # never crash a workflow
                 if is_cancel(e):
                     raise
-                reason, detail = "search_error", f"{type(e).__name__}: {e}"
-        self._note(reason, detail)
-        self._count(reason)
+                verdict = Dense("search_error", f"{type(e).__name__}: {e}")
+        d.log.note(d.stats, verdict.reason, verdict.detail)
+        d.count(verdict.reason)
         return out
 
-    def _evaluate(self, q, k, v, heads, skip_reshape, span):
-        q4, k4, v4 = (kernel_input(t, heads, skip_reshape, span) for t in (q, k, v))
+    def plan(self, d, call):
+        """The video tokens of a call to evaluate (a :class:`~.calls.VideoSpan`), else why it
+        is not evaluated (a :class:`~.policy.Dense` reason)."""
+        refusal = self_attention_refusal(call, d.fwd)
+        if refusal is not None:
+            return refusal
+        chosen, _ = self._steps_this_run(d)
+        if chosen is not None and d.fwd.step is not None and d.fwd.step not in chosen:
+            return Dense("search_step")
+        if call.scale is not None or call.enable_gqa:
+            return Dense("search_call_options")
+        lq = tokens_of(call.q, call.skip_reshape)
+        span = video_span(d.adapter, lq, d.fwd)
+        if span is None:
+            return Dense("grid", f"{lq} tokens, latent grid {d.fwd.grid}")
+        return span
+
+    def run(self, d, call, span):
+        """Evaluate the candidate masks on the call (and save its q/k/v)."""
+        q4, k4, v4 = kernel_inputs(call, span)
         grid, extra = span.grid, span.seq_len - span.count
         key = (grid, extra, q4.shape[2])
         if self.acc is None:
-            self._start(key, q4)
+            self._start(d, key, q4)
         elif key != self.acc_key:
-            return "search_grid", f"first call {self.acc_key}, this call {key}"
-        progress = self.progress()
-        block = self.fwd.block
-        self.acc.add(q4, k4, v4, layer=block, step=progress)
+            return Dense("search_grid", f"first call {self.acc_key}, this call {key}")
+        at = progress(d.fwd)
+        block = d.fwd.block
+        self.acc.add(q4, k4, v4, layer=block, step=at)
         self.evaluated += 1
         if self.qkv_dir is not None:
-            ps = kernels_module("psa_search")
-            name = f"{self.run_id}_s{self.fwd.step if self.fwd.step is not None else 0:04d}_L{block:03d}" \
+            name = f"{self.run_id}_s{d.fwd.step if d.fwd.step is not None else 0:04d}_L{block:03d}" \
                    f"_c{self.evaluated:05d}.safetensors"
             try:
-                self.qkv_bytes += ps.save_qkv_sample(os.path.join(self.qkv_dir, name), q4, k4, v4,
-                                                     layer=block, step=progress, grid=grid,
-                                                     extra_tokens=extra)
+                self.qkv_bytes += kernels.save_qkv_sample(os.path.join(self.qkv_dir, name), q4, k4, v4,
+                                                          layer=block, step=at, grid=grid,
+                                                          extra_tokens=extra)
             except ValueError as e:  # the call itself was evaluated
                 self._refuse_qkv(f"writing {name} failed ({e})")
             else:
                 self.qkv_files += 1
         if self.pbar is not None:
             self.pbar.update(1)
-        return "search_evaluated", ""
+        return Dense("search_evaluated")
 
-    def _start(self, key, q4):
+    def _start(self, d, key, q4):
         """First evaluated call of a run: accumulator, progress bar, Q/K/V size check."""
         import comfy.utils
-        ps = kernels_module("psa_search")
         grid, extra, num_heads = key
         s = self.search
-        cands = ps.candidate_space(grid, s.tile, max_candidates=s.max_candidates, seed=s.seed)
-        self.acc = ps.PSASearchAccumulator(
+        cands = kernels.candidate_space(grid, s.tile, max_candidates=s.max_candidates, seed=s.seed)
+        self.acc = kernels.PSASearchAccumulator(
             grid, s.tile, num_heads, candidates=cands, extra_tokens=extra,
             bucket_edges=s.bucket_edges, query_tiles=s.query_tiles,
             rows_per_tile=s.rows_per_tile, seed=s.seed)
         self.acc_key = key
-        _, steps_here = self._steps_this_run()
-        expected = (steps_here if steps_here is not None else 1) * self.info.num_blocks
+        _, steps_here = self._steps_this_run(d)
+        expected = (steps_here if steps_here is not None else 1) * d.info.num_blocks
         self.pbar = comfy.utils.ProgressBar(max(1, expected))
         log.info("[sparse-video-attention] PSA mask search: grid %s, tile %s, %d candidates, "
                  "about %d calls to evaluate", grid, s.tile, cands.shape[0], expected)
         if s.save_qkv:
-            per_call = ps.estimate_sample_bytes(tuple(q4.shape), q4.dtype)
+            per_call = kernels.estimate_sample_bytes(tuple(q4.shape), q4.dtype)
             total = per_call * expected
             folder = os.path.join(_models_path(QKV_SUBFOLDER), s.name)  # created when samples fit
             log.info("[sparse-video-attention] PSA mask search: Q/K/V samples: about %.2f GB "

@@ -76,7 +76,7 @@ class ComfyUIInProcess:
         return dict(self.nodes.LOADED_MODULE_DIRS)
 
 
-_SESSION: ComfyUIInProcess | None = None
+_STARTED: ComfyUIInProcess | None = None
 
 
 def start_comfyui(base_dir: Path, pack_dir: Path = REPO_ROOT) -> ComfyUIInProcess:
@@ -84,9 +84,9 @@ def start_comfyui(base_dir: Path, pack_dir: Path = REPO_ROOT) -> ComfyUIInProces
 
     Mirrors what ComfyUI's main.py does for custom nodes (args parsed, folder_paths from the
     base directory, then ``nodes.init_extra_nodes``) without starting the web server."""
-    global _SESSION
-    if _SESSION is not None:
-        return _SESSION
+    global _STARTED
+    if _STARTED is not None:
+        return _STARTED
     if "comfy" in sys.modules or "folder_paths" in sys.modules:
         raise RuntimeError("ComfyUI was imported before start_comfyui(); its base directory is already fixed")
 
@@ -116,8 +116,8 @@ def start_comfyui(base_dir: Path, pack_dir: Path = REPO_ROOT) -> ComfyUIInProces
     if Path(nodes.__file__).resolve().parent != comfy_dir.resolve():
         raise RuntimeError(f"`import nodes` found {nodes.__file__}, not ComfyUI's nodes.py")
     failures = asyncio.run(nodes.init_extra_nodes(init_custom_nodes=True, init_api_nodes=False))
-    _SESSION = ComfyUIInProcess(comfy_dir, base_dir, pack_link, time.perf_counter() - t0, list(failures or []))
-    return _SESSION
+    _STARTED = ComfyUIInProcess(comfy_dir, base_dir, pack_link, time.perf_counter() - t0, list(failures or []))
+    return _STARTED
 
 
 def expected_builtin_import_failures(comfy_dir: Path, in_process: bool) -> set:
@@ -255,8 +255,8 @@ def build_ltxv(seed: int = 0, *, num_layers: int = 2, num_heads: int = 32, head_
 
 def ltx2_available() -> tuple[bool, str]:
     """LTX-2 (audio-video) needs comfy/ldm/lightricks/av_model.py, added after ComfyUI 0.3.75."""
-    session = _SESSION
-    comfy_dir = session.comfy_dir if session else prepared_comfyui_dir()
+    started = _STARTED
+    comfy_dir = started.comfy_dir if started else prepared_comfyui_dir()
     if (comfy_dir / "comfy" / "ldm" / "lightricks" / "av_model.py").is_file():
         return True, ""
     return False, (f"ComfyUI {comfyui_env.comfyui_version(comfy_dir)} has no comfy/ldm/lightricks/av_model.py "

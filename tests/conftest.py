@@ -1,18 +1,49 @@
 """Test setup shared by every test.
 
+Layout: the folders mirror the tree.
+
+* ``kernels/``: the library (``kernels/``) without ComfyUI, on Triton's interpreter here.
+* ``nodes/``: the pack's nodes in a real ComfyUI started in-process (``comfyui`` fixture).
+* ``comfyui/``: what users meet through a ComfyUI server: the shipped workflows (API and web
+  UI), the registry packaging, cancelling a run.
+* ``tools/``: the scripts of ``tools/`` and ``benchmarks/`` and their command lines.
+* ``gpu/``: the kernels on a CUDA device; marked ``gpu`` and skipped (not failed) without one.
+
+No test module imports another. Fixtures shared across modules live here; helpers (plain
+functions and constants) live in modules beside this file, imported by bare name (pytest puts
+this folder on ``sys.path``):
+
+* ``comfyui_harness``: starting ComfyUI in-process or as a server, tiny models, sampling;
+* ``pack_nodes``: calling the pack's nodes (``patch``, ``search``, ``summary``...) and files in
+  ComfyUI's models folders;
+* ``preset_builders``: stripe-mask presets built in code;
+* ``psa_search_inputs``: small grids, q/k/v and loss tables for the PSA search;
+* ``qkv_layouts``: q/k/v in the layouts of the supported models;
+* ``cli_usage``: the usage-error check of the command lines.
+
+Test module names are unique across the folders (pytest imports each by its basename).
+
+Markers (pyproject.toml): ``gpu``; ``slow`` on the tests that take more than about 10 s (a
+parametrized test: its cases together) or start a ComfyUI server, a browser or worker
+processes (``make test-fast`` runs the rest); ``chromium``.
+
+Set-up done here:
+
 * Without CUDA, Triton kernels run through Triton's interpreter: TRITON_INTERPRET=1 must be in
   the environment before `triton` is first imported, so it is set here, at conftest import,
   before any test module is collected. An explicit TRITON_INTERPRET in the environment wins.
-* Tests under tests/gpu/ are skipped (not failed) when CUDA is unavailable.
 * The repo root goes first on ``sys.path``, so ``import kernels`` is the pack's library however
   pytest was started (``python -m pytest``, ``.venv/bin/pytest``, from any folder). Hugging
   Face's package ``kernels`` (installed by transformers 5.x, and in the test venv on purpose)
   has the same name; an import of the wrong one stops the run here with both paths.
-* Fixtures ``comfyui`` (a real ComfyUI, in-process, CPU, only this pack as custom node) and
-  ``tiny_model`` (tiny Wan / HunyuanVideo / LTXV models loaded through ComfyUI) live here;
-  see tests/comfyui_harness.py and docs/DEVELOPMENT.md.
+* Fixtures: ``comfyui`` (a real ComfyUI, in-process, CPU, only this pack as custom node; the
+  node tests take it as ``comfy``), ``pack`` (the pack's ``nodes`` modules as ComfyUI imported
+  them), ``tiny_model`` (tiny Wan / HunyuanVideo / LTXV models loaded through ComfyUI) and
+  ``comfyui_server`` (the real web server); see tests/comfyui_harness.py and
+  docs/DEVELOPMENT.md.
 """
 
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -38,10 +69,6 @@ if Path(kernels.__file__).resolve().parent != REPO_ROOT / "kernels":
                        "another package named `kernels` was imported before tests/conftest.py")
 
 GPU_DIR = Path(__file__).resolve().parent / "gpu"
-
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "gpu: needs a CUDA device (tests/gpu/ is marked automatically)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -77,6 +104,23 @@ def tiny_model(comfyui):
         return cache[family, seed]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def comfy(comfyui):
+    """The in-process ComfyUI that the node tests patch and sample models in."""
+    return comfyui
+
+
+@pytest.fixture(scope="session")
+def pack(comfy):
+    """The pack as ComfyUI imported it: ``pack.<module>`` is its ``nodes.<module>``."""
+    root = comfy.pack_module()
+
+    class Pack:
+        def __getattr__(self, name):
+            return importlib.import_module(f"{root.__name__}.nodes.{name}")
+    return Pack()
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ benchmarks.workload.video_qkv on the real token grid with that RoPE:
    gets one bank head by a seeded draw (LTX-2: a bank head of its own head index).
 
 The loss tables are kept in tools/preset_tables/ so that the selection can be re-run (and is
-checked by tests/test_shipped_presets.py) without re-evaluating anything.
+checked by tests/kernels/test_shipped_presets.py) without re-evaluating anything.
 
     python tools/build_presets.py                 # build all, write mask_presets/ + tables
     python tools/build_presets.py --only ltx2_720p_121f
@@ -40,7 +40,7 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.workload import DEFAULT_MIX, video_qkv  # noqa: E402
-from kernels.presets import Preset, preset_to_json  # noqa: E402
+from kernels.preset_file import Preset, preset_to_json  # noqa: E402
 from kernels.psa_search import LossTable, PSASearchAccumulator, candidate_space  # noqa: E402
 
 PRESET_DIR = os.path.join(ROOT, "mask_presets")

@@ -53,7 +53,7 @@ SNAPSHOT_CACHE = REPO_ROOT / ".cache" / "comfyui-src"
 # audio_vae.py), so without it comfy.sd does not import at all. PyPI has no torchaudio built
 # for torch 2.14; 2.11.1 (the newest) loads its extension through torch's stable ABI and runs
 # with torch 2.14.1 when installed without its torch==2.11 requirement (checked by
-# tests/test_comfyui_harness.py). Only the small venv of a newer ComfyUI gets it.
+# tests/nodes/test_comfyui_harness.py). Only the small venv of a newer ComfyUI gets it.
 TORCHAUDIO_SPEC = "torchaudio==2.11.1"
 # Bump when build_venv's recipe changes: the stamp name carries it.
 VENV_RECIPE = "r1"

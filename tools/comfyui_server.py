@@ -1,6 +1,6 @@
 """Prepare the located ComfyUI, start its real server (main.py) and run prompts through it.
 
-Shared by the tests (tests/comfyui_harness.py, tests/test_workflows.py) and ``make demo``
+Shared by the tests (tests/comfyui_harness.py, tests/comfyui/test_workflows.py) and ``make demo``
 (tools/demo.py); stdlib only at import, so the tests and tools can import it before ComfyUI.
 
 * ``prepared_comfyui_dir()`` copies the located ComfyUI (``$COMFYUI_PATH`` or the copy inside
@@ -110,7 +110,7 @@ def import_comfy(cpu: bool = True, base_directory: Path | None = None) -> Path:
 # The real server (main.py) in a subprocess
 # --------------------------------------------------------------------------------------------
 
-# The line the patch node logs at the end of each sampling run (nodes/dispatch.py _log_summary).
+# The line the patch node logs at the end of each sampling run (nodes/report.py, RunLog.summary).
 SUMMARY_RE = re.compile(r"\[sparse-video-attention\] (\S+) (\S+): (\d+) forwards, (\d+) attention calls, "
                         r"(\d+) sparse \(mean density ([^)]*)\), dense: (.*)")
 
@@ -225,8 +225,8 @@ class _EventListener:
 
     async def _listen(self):
         import aiohttp
-        async with aiohttp.ClientSession() as session:
-            async with session.ws_connect(self._ws_url) as ws:
+        async with aiohttp.ClientSession() as client:
+            async with client.ws_connect(self._ws_url) as ws:
                 self._ready.set()
                 while not self._stop.is_set():
                     try:

@@ -46,10 +46,13 @@ from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 
 import kernels  # noqa: E402
 import kernels._checks as checks  # noqa: E402
-import kernels.block_sparse as block_sparse  # noqa: E402
-import kernels.hopper_loop as hopper_loop  # noqa: E402
-import kernels.sol_router as sol_router  # noqa: E402
-from kernels.launch_config import ARCHITECTURES  # noqa: E402
+import kernels.engine.hopper_loop as hopper_loop  # noqa: E402
+import kernels.engine.id_lists as id_lists  # noqa: E402
+import kernels.engine.launch_order as launch_order  # noqa: E402
+import kernels.engine.pair_streams as pair_streams  # noqa: E402
+import kernels.engine.portable as portable  # noqa: E402
+import kernels.sol_gpu_routing as sol_gpu_routing  # noqa: E402
+from kernels.engine.launch_config import ARCHITECTURES  # noqa: E402
 
 # Shared memory per block a launch may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 SHARED_MEMORY_LIMIT = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448, 120: 101_376}
@@ -104,7 +107,7 @@ def compile_call(fn, args, kw, capability: int = 90):
 def launcher_source(src, metadata):
     """The C source of the launcher the CUDA driver builds for a compiled kernel (as Triton
     3.6's ``CudaLauncher`` makes it, not compiled): its argument rules are checked at launch,
-    after the kernel compiled (3.6 takes no TMA descriptor inside a tuple argument, NOTES #37).
+    after the kernel compiled (3.6 takes no TMA descriptor inside a tuple argument).
     None with a Triton whose driver builds launchers another way (3.8)."""
     import triton.backends.nvidia.driver as driver
 
@@ -153,19 +156,19 @@ PSA_CASES = [
     ("psa 30-token tiles", (4, 6, 10), (2, 3, 5), 0, torch.bfloat16, 128, "blhd"),
 ]
 
-# (name, L, grid, dtype, head dim, layout, estimator, keep_diagonal, correction)
+# (name, L, grid, dtype, head dim, layout, estimator)
 SOL_CASES = [
     ("sol 3D tiles, padded grid, text sinks", 6 * 15 * 32 + 256, (6, 15, 32), torch.bfloat16, 128, "single_block",
-     "exact", False, True),
-    ("sol 3D tiles, fp16 d64", 4 * 16 * 16, (4, 16, 16), torch.float16, 64, "heads_first", "diag", True, True),
-    ("sol row-major, ragged tail", 4133, None, torch.bfloat16, 128, "blhd", "diag", False, True),
-    ("sol without the pooled term", 4096, (4, 32, 32), torch.bfloat16, 128, "blhd", "exact", False, False),
+     "exact"),
+    ("sol 3D tiles, fp16 d64", 4 * 16 * 16, (4, 16, 16), torch.float16, 64, "heads_first", "diag"),
+    ("sol row-major, ragged tail", 4133, None, torch.bfloat16, 128, "blhd", "diag"),
 ]
 
 
-KERNELS = ((block_sparse, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
-           (sol_router, "_pool_kernel"), (sol_router, "_route_kernel"), (sol_router, "_heaviest_first_kernel"),
-           (sol_router, "_pair_steps_kernel"))
+KERNELS = ((portable, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
+           (sol_gpu_routing, "_pool_kernel"), (sol_gpu_routing, "_route_kernel"),
+           (id_lists, "_lists_from_bits_kernel"), (launch_order, "_heaviest_first_kernel"),
+           (pair_streams, "_pair_steps_kernel"))
 
 
 def capture_launches(config):
@@ -184,10 +187,9 @@ def capture_launches(config):
             launches += [(name, captured[n], *c) for n in captured for c in captured[n].calls]
             for c in captured.values():
                 c.calls.clear()
-        for name, L, grid, dtype, D, layout, estimator, diag, corr in SOL_CASES:
+        for name, L, grid, dtype, D, layout, estimator in SOL_CASES:
             q, k, v = qkv(1, L, 2, D, dtype, layout)
-            kernels.sol_attention(q, k, v, beta=1.0, grid=grid, estimator=estimator, keep_diagonal=diag,
-                                  correction=corr, config=config)
+            kernels.sol_attention(q, k, v, beta=1.0, grid=grid, estimator=estimator, config=config)
             launches += [(name, captured[n], *c) for n in captured for c in captured[n].calls]
             for c in captured.values():
                 c.calls.clear()

@@ -442,7 +442,7 @@ def write_tiny_models(base: Path, cuda: bool) -> list[Path]:
 def write_standin_preset(base: Path, name: str) -> str:
     """The tiny run's PSA preset (see the module docstring), saved as ``name`` in
     base/models/sparse_attention_presets/; returns its description for the report."""
-    from kernels.presets import save_preset
+    from kernels.preset_file import save_preset
     shipped = REPO / "mask_presets" / name
     if not shipped.is_file():
         raise DemoError(f"the workflow loads the preset {name}, which is not in mask_presets/")

@@ -6,7 +6,7 @@
 Each node's ``widgets_values`` is laid out from the running ComfyUI's /object_info: one value
 per widget input in ``input_order`` (required, then optional), plus the extra value the
 frontend stores after an INT with ``control_after_generate`` ("fixed") and after a combo with
-``image_upload`` ("image"). Inputs of other types become sockets. tests/test_workflows.py
+``image_upload`` ("image"). Inputs of other types become sockets. tests/comfyui/test_workflows.py
 checks the files against /object_info and loads them in the real web UI.
 """
 from __future__ import annotations
@@ -509,6 +509,21 @@ def fetch_object_info() -> dict:
             server.stop()
 
 
+def workflow_text(value, indent: str = "") -> str:
+    """``value`` as JSON laid out for reading and diffing: a list of plain values (a link, a
+    position, a node's widget values) or any part that fits in 100 characters on one line,
+    everything else one entry a line, indented by one space a level."""
+    flat = json.dumps(value, ensure_ascii=False)
+    plain_list = isinstance(value, list) and not any(isinstance(v, (dict, list)) for v in value)
+    if not isinstance(value, (dict, list)) or not value or plain_list or len(flat) <= 100:
+        return flat
+    inner = indent + " "
+    if isinstance(value, dict):
+        items = [f"{inner}{json.dumps(k, ensure_ascii=False)}: {workflow_text(v, inner)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + indent + "}"
+    return "[\n" + ",\n".join(inner + workflow_text(v, inner) for v in value) + "\n" + indent + "]"
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--object-info", type=Path, help="a saved /object_info JSON (default: start ComfyUI)")
@@ -517,7 +532,7 @@ def main(argv=None):
     OUT.mkdir(exist_ok=True)
     for name, build in WORKFLOWS.items():
         path = OUT / name
-        path.write_text(json.dumps(build(info), indent=2, ensure_ascii=False) + "\n")
+        path.write_text(workflow_text(build(info)) + "\n")
         print("wrote", path.relative_to(ROOT))
 
 

@@ -3,8 +3,8 @@
     python tools/recommended_settings.py     # print the README table (paste it into README.md)
 
 Read by tools/make_workflows.py (the Sparse Attention Patch settings of the shipped workflows)
-and by the tests: tests/test_recommended_settings.py checks that README.md holds exactly the
-table printed here, tests/test_workflows.py that every shipped workflow's patch uses its
+and by the tests: tests/tools/test_recommended_settings.py checks that README.md holds exactly the
+table printed here, tests/comfyui/test_workflows.py that every shipped workflow's patch uses its
 row's settings (and the node's defaults for every other widget).
 
 A setting is a value or a (low, high) range; a workflow uses the low end of a range (the

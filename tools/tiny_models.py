@@ -1,6 +1,6 @@
 """Tiny stand-ins for the model files the example workflows load, in the real key layouts.
 
-Used by the workflow tests (tests/test_workflows.py), the in-process harness
+Used by the workflow tests (tests/comfyui/test_workflows.py), the in-process harness
 (tests/comfyui_harness.py) and ``make demo`` (tools/demo.py). Needs ComfyUI importable
 (tools/comfyui_server.py ``import_comfy``) before any function here is called.
 
@@ -314,11 +314,11 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
 def standin_preset(shipped: Path, *, layers: int, heads: int, hidden_size: int, grid, tile):
     """A PSA preset for a tiny stand-in model, from a shipped one: its masks of layers
     0..layers-1 and heads 0..heads-1, rescaled from its block grid to that of ``grid`` / ``tile``
-    (kernels.presets.rescale_params: widths, offsets and strides scaled per axis), under the
+    (kernels.preset_file.rescale_params: widths, offsets and strides scaled per axis), under the
     stand-in's fingerprint. The workflows' tiny runs save it under the shipped file's name in
     models/sparse_attention_presets/, which the preset loader searches first."""
     import torch
-    from kernels.presets import Preset, load_preset, rescale_params
+    from kernels.preset_file import Preset, load_preset, rescale_params
     from kernels.psa_mask import block_grid_of, psa_mask
     src = load_preset(shipped)
     new_bg = block_grid_of(grid, tile)

@@ -1,6 +1,6 @@
 """UI-format workflow -> API prompt, and the changes a run on tiny stand-in files needs.
 
-Shared by tests/test_workflows.py and ``make demo`` (tools/demo.py).
+Shared by tests/comfyui/test_workflows.py and ``make demo`` (tools/demo.py).
 
 ``ui_to_api`` does what the frontend's graphToPrompt does for the graphs in workflows/ (no
 subgraphs, reroutes or bypassed nodes there): notes are dropped, widget values are matched to

@@ -4,9 +4,9 @@ import pytest
 import torch
 
 import kernels
-from kernels.launch_config import ARCHITECTURES
+from kernels.engine.launch_config import ARCHITECTURES
 from kernels.sol_reference import check_sol_call, pooled_means
-from kernels.sol_routing import block_thresholds
+from kernels.sol_rules import block_thresholds
 from qkv_layouts import heads_first, hunyuan_single_block
 
 
@@ -43,27 +43,23 @@ def count_bounds(q, k, v, rel_tol=1e-4, **kw):
     slack = rel_tol * (proxy.abs().amax(-1) + 1e-6)
     sure = (proxy > (tau + slack)[..., None]) | forced
     maybe = (proxy > (tau - slack)[..., None]) | forced
-    if kw.get("keep_diagonal"):
-        idx = torch.arange(proxy.shape[-1], device=proxy.device)
-        near = (idx[:, None] - idx[None, :]).abs() <= 1
-        sure, maybe = sure | near, maybe | near
     return sure.sum(-1), maybe.sum(-1)
 
 
 SOL_CASES = [
-    # L, grid, H, beta, estimator, keep_diagonal, layout
-    (75600, (21, 45, 80), 2, 1.04, "exact", False, "blhd"),                 # Wan 720p, 3D tiles
-    (118800 + 256, (33, 45, 80), 2, 1.04, "exact", False, "single_block"),  # HunyuanVideo 720p + text
-    (131072, (32, 64, 64), 2, 1.28, "diag", False, "heads_first"),           # 128K
-    (32768 + 5, None, 3, 1.5, "diag", True, "blhd"),                         # row-major, ragged tail
+    # L, grid, H, beta, estimator, layout
+    (75600, (21, 45, 80), 2, 1.04, "exact", "blhd"),                 # Wan 720p, 3D tiles
+    (118800 + 256, (33, 45, 80), 2, 1.04, "exact", "single_block"),  # HunyuanVideo 720p + text
+    (131072, (32, 64, 64), 2, 1.28, "diag", "heads_first"),           # 128K
+    (32768 + 5, None, 3, 1.5, "diag", "blhd"),                        # row-major, ragged tail
 ]
 
 
-@pytest.mark.parametrize("L,grid,H,beta,estimator,diag,layout", SOL_CASES)
-def test_sol_full_size(L, grid, H, beta, estimator, diag, layout):
+@pytest.mark.parametrize("L,grid,H,beta,estimator,layout", SOL_CASES)
+def test_sol_full_size(L, grid, H, beta, estimator, layout):
     q, k, v = random_qkv(1, L, H, layout, seed=L)
     poison(q.numel() * 2)
-    kw = dict(beta=beta, estimator=estimator, keep_diagonal=diag, grid=grid, return_stats=True)
+    kw = dict(beta=beta, estimator=estimator, grid=grid, return_stats=True)
     out, st = kernels.sol_attention(q, k, v, **kw)
     ref, rst = kernels.sol_attention_reference(q, k, v, **kw)
     assert torch.isfinite(out).all()
@@ -80,7 +76,7 @@ def test_sol_full_size(L, grid, H, beta, estimator, diag, layout):
                                                     # padding on every axis; whole boxes past T
                                                     ((31, 45, 78), (6, 8, 8), 77, "heads_first"),
                                                     # one frame: the tile is longer than the grid,
-                                                    # so every block is short (block_mask.work_order)
+                                                    # so every block is short (engine.launch_order.work_order)
                                                     ((1, 45, 80), (3, 8, 16), 0, "blhd")])
 def test_psa_full_size(grid, tile, extra, layout):
     L = grid[0] * grid[1] * grid[2] + extra
@@ -182,11 +178,11 @@ def test_warp_specialised_loop_matches_the_portable_loop(monkeypatch, method, B,
     every row written (outputs poisoned), equal up to accumulation order, and it did run."""
     import dataclasses
 
-    from kernels.block_sparse import hopper_loop
+    from kernels.engine import load_hopper_loop
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the warp-specialised loop is built for sm_90")
-    hopper = hopper_loop()
+    hopper = load_hopper_loop()
     assert hopper is not None, "this Triton cannot build the warp-specialised loop"
     ws = ARCHITECTURES[(9, 0)]
     portable = dataclasses.replace(ws, warp_specialized=False)
@@ -217,7 +213,7 @@ def test_sol_launches_per_head_write_what_one_launch_writes(monkeypatch, layout)
     (``hopper_loop.l2_bytes``): forced both ways on one small call (batch 2, 3 heads, text
     blocks), every row is written and the outputs are bitwise equal (a program's rows do not
     depend on its launch)."""
-    from kernels import hopper_loop as hopper
+    from kernels.engine import hopper_loop as hopper
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the warp-specialised loop is built for sm_90")
@@ -251,11 +247,11 @@ def test_edge_cover_matches_masked_attention_row_by_row(monkeypatch, tile, extra
     including the last, whose 5th-row box reaches past the grid; one query block visits a
     single edge block, where a foreign or a missing frame would move every row."""
     from kernels.block_mask import block_layout, mask_from_dense
-    from kernels.block_sparse import block_sparse_attention, hopper_loop
+    from kernels.engine import block_sparse_attention, load_hopper_loop
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the warp-specialised loop is built for sm_90")
-    hopper = hopper_loop()
+    hopper = load_hopper_loop()
     grid, H = (6, 45, 80), 2
     lay = block_layout(grid, tile, extra_tokens=extra, device="cuda")
     assert hopper.edge_cover(lay, 1)
@@ -272,7 +268,7 @@ def test_edge_cover_matches_masked_attention_row_by_row(monkeypatch, tile, extra
     assert (last_edge_block % (nH * nW)) // nW == nH - 1
     keep[:, :, 0] = False
     keep[:, :, 0, last_edge_block] = True  # query block 0 sees that edge block alone
-    mask = mask_from_dense(keep, lay, block_m=128)
+    mask = mask_from_dense(keep, lay)
     scale = D ** -0.5
     poison(q.numel() * q.element_size())
     out = block_sparse_attention(q, k, v, mask, scale=scale, config=ARCHITECTURES[(9, 0)])

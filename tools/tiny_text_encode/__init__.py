@@ -3,7 +3,7 @@
 ComfyUI 0.3.75 builds the UMT5-XXL (Wan), T5-XXL (LTX-Video) and llava-llama-3-8B + CLIP-L
 (HunyuanVideo) text encoders at full size from JSON configs inside ComfyUI, whatever the file
 holds, so no tiny file can replace them. When an example workflow runs on tiny stand-in model
-files (tests/test_workflows.py, tools/demo.py), each CLIPLoader/DualCLIPLoader +
+files (tests/comfyui/test_workflows.py, tools/demo.py), each CLIPLoader/DualCLIPLoader +
 CLIPTextEncode is swapped for this node (tools/workflow_api.py ``tiny_run_prompt``), which
 returns CONDITIONING of the shapes those encoders produce (deterministic in the text).
 Everything else in the workflow runs as shipped. Never installed into a user's ComfyUI: it is

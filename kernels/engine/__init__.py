@@ -1,0 +1,104 @@
+"""The one block-sparse engine: the backends that run a ``BlockMask``, and the choice of one.
+
+A method (Sol-Attn's router, PSA's stripe mask) hands the engine a ``block_mask.BlockMask``
+(and Sol its ``PooledBlocks``); the engine picks the backend for the call and the device and
+lowers the mask to that backend's work form:
+
+- the portable kernel (``portable``, every architecture): id lists and a launch order of
+  query tiles (``id_lists``);
+- the warp-specialised Hopper loop (``hopper_loop``, sm_90 with Triton >= 3.6): the same id
+  lists for 128-row tiles (PSA), pair streams for 64-row tiles (Sol-Attn, ``pair_streams``).
+
+``launch_config`` holds the per-architecture launch configurations; ``launch_order`` the
+order programs run in.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from typing import Optional
+
+import torch
+import triton
+
+from .._device import device_guard
+from ..block_mask import BlockLayout, BlockMask, PooledBlocks
+from .id_lists import id_list_bytes
+from .launch_config import LaunchConfig, config_for_device
+from .pair_streams import pair_stream_bytes
+from .portable import portable_attention
+from .tile_loop import tma_sub_frames
+
+__all__ = ["block_sparse_attention", "load_hopper_loop", "query_tile_rows", "work_bytes_per_head"]
+
+log = logging.getLogger("sparse_video_attention.kernels")
+
+# The Hopper loop is Gluon as Triton 3.6 has it. Older Tritons (the pack takes >= 3.2) have no
+# Gluon, or a warp_specialize of another signature: they run the portable kernel everywhere.
+HOPPER_LOOP_MIN_TRITON = (3, 6)
+MAX_TILE_ROWS = 128  # query rows of a program: a PSABlock (384 tokens at Wan 720p) is walked in tiles
+
+
+@functools.lru_cache(maxsize=1)
+def load_hopper_loop():
+    """The module ``hopper_loop``, or None where this Triton cannot build it (logged once)."""
+    version = tuple(int(x) for x in re.findall(r"\d+", triton.__version__)[:2])
+    if version < HOPPER_LOOP_MIN_TRITON:
+        log.info("[sparse-video-attention] Triton %s: the warp-specialised Hopper loop needs Triton >= %d.%d; "
+                 "the portable kernel runs", triton.__version__, *HOPPER_LOOP_MIN_TRITON)
+        return None
+    try:
+        from . import hopper_loop as module
+    except Exception as exc:  # a build of Triton without the Gluon pieces the loop uses
+        log.warning("[sparse-video-attention] the warp-specialised Hopper loop does not load with Triton %s "
+                    "(%s: %s); the portable kernel runs", triton.__version__, type(exc).__name__, exc)
+        return None
+    return module
+
+
+def query_tile_rows(layout: BlockLayout) -> int:
+    """Query rows of a program: the block, as a power of two of at least 16 (a dot operand), at
+    most ``MAX_TILE_ROWS``."""
+    return min(MAX_TILE_ROWS, max(16, triton.next_power_of_2(layout.block_tokens)))
+
+
+def _hopper_loop_runs(q, k, v, layout: BlockLayout, *, pooled: bool, config: LaunchConfig) -> bool:
+    """Whether a call runs the warp-specialised Hopper loop (else the portable kernel)."""
+    if not config.warp_specialized:
+        return False
+    hopper = load_hopper_loop()
+    sub_frames = tma_sub_frames(layout.tile) if config.tma else None
+    return hopper is not None and hopper.ws_supported(q, k, v, layout, query_tile_rows(layout), sub_frames,
+                                                      config.num_stages, pooled)
+
+
+def work_bytes_per_head(q, k, v, layout: BlockLayout, *, pooled: bool, config: Optional[LaunchConfig] = None) -> int:
+    """Device memory the backend that runs a call needs for one head of one batch entry of a
+    mask of one call, for its work form: id lists or pair streams."""
+    config = config or config_for_device(q.device)
+    if _hopper_loop_runs(q, k, v, layout, pooled=pooled, config=config) and query_tile_rows(layout) == 64:
+        return pair_stream_bytes(layout.n_blocks)
+    return id_list_bytes(layout.n_blocks)
+
+
+def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optional[torch.Tensor] = None,
+                           head_base: int = 0, pooled: Optional[PooledBlocks] = None,
+                           config: Optional[LaunchConfig] = None) -> torch.Tensor:
+    """Run the engine on q/k/v (B, L, H, D) in sequence order (any strides with unit last
+    stride) for heads ``head_base .. head_base + mask.num_heads``; writes and returns ``out``
+    (allocated (B, L, H, D) when None). ``config``: the architecture's launch configuration
+    (``launch_config``; default: the device's)."""
+    lay = mask.layout
+    config = config or config_for_device(q.device)
+    if out is None:
+        out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    sub_frames = tma_sub_frames(lay.tile) if config.tma else None
+    block_m = query_tile_rows(lay)
+    if _hopper_loop_runs(q, k, v, lay, pooled=pooled is not None, config=config):
+        with device_guard(q):
+            return load_hopper_loop().ws_block_sparse_attention(
+                q, k, v, mask, scale=scale, out=out, head_base=head_base, pooled=pooled, block_m=block_m,
+                sub_frames=sub_frames, num_stages=config.num_stages)
+    return portable_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base, pooled=pooled,
+                              config=config, block_m=block_m, sub_frames=sub_frames)

@@ -1,0 +1,964 @@
+"""The engine's block loop for Hopper (sm_90), warp-specialised, in Gluon.
+
+The portable engine (``portable._block_sparse_kernel``) runs one query tile per program
+with every warp doing everything: issue the copies, wait for them, the two MMAs and the
+softmax in turn. Here a program splits that work (FlashAttention-3's layout):
+
+- one **producer** warp issues the TMA copies of K and V into a ring of ``STAGES``
+  shared-memory slots and moves on as soon as a slot is released;
+- two **consumer** warpgroups of 64 query rows each wait on a slot, run QKᵀ, the online
+  softmax and PV, and release the slot (a slot is free once both have). The warp scheduler
+  interleaves the two warpgroups; on PSA's tiles they take turns at the tensor cores,
+  FlashAttention-3's ping-pong: one consumer's softmax runs while the other's MMAs do.
+
+Two ways to feed the consumers, chosen by the mask's query tile (``SHARED_LIST``):
+
+- 128-row tiles (PSA): both warpgroups take the halves of one tile and every step is for
+  both: every K/V tile in shared memory serves 128 query rows;
+- 64-row tiles (Sol-Attn's 64-token blocks): each warpgroup runs its own work item, two
+  neighbouring query blocks of one head (``pair_streams``). The ring carries one stream of
+  128-key steps, two of their routed blocks in the halves of each slot, each step for the
+  items that routed its blocks: a block both routed is loaded once for both, and a consumer
+  passes over the steps of the other's blocks without computing them. Their pooled chunks
+  are the same and come through the ring once.
+
+Each consumer folds, in one online softmax and in this order: Sol's pooled term (chunks of
+``BLOCK_N`` pooled blocks, the routed ones masked out by the bitmap), the listed grid blocks
+(boxes of a 5D descriptor over the token grid; rows outside the grid's padding get -inf),
+the listed extra (text) blocks (boxes of a 3D descriptor over the sequence, rows past the
+block's length get -inf); Sol's steps mix grid and text blocks, their padding masked through
+``key_bits``. On both 720p grids (45 = 5·8 + 5 rows) 3×8×W tiles run the edge
+cover (``edge_cover``): the last block row's 3·5·W keys in 2 steps instead of 3, each step
+two boxes of half a slot, so no step reads the padding. The semantics are
+the portable kernel's; the float references are the same. Only Hopper builds this kernel
+(``launch_config``'s ``warp_specialized``), and only with Triton >= 3.6
+(``engine.load_hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable kernel.
+"""
+
+import functools
+import math
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import constexpr_function
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.language.core import _aggregate as aggregate
+from triton.language.core import base_value
+
+from .._device import triton_interpreting
+from .id_lists import id_lists
+from .launch_args import grid_geometry, strides
+from .pair_streams import pair_streams
+from .tile_loop import tma_views
+
+__all__ = ["ROWS", "edge_cover", "ws_block_sparse_attention", "ws_supported"]
+
+ROWS = gl.constexpr(64)  # query rows of one consumer warpgroup: the M of a Hopper warpgroup MMA
+NEG_BIG = gl.constexpr(-1.0e30)  # finite stand-in for -inf in the running max (see tile_loop)
+PRODUCER_REGS = gl.constexpr(24)  # a producer holds scalars only; the minimum setmaxnreg allows
+CONSUMER_REGS = gl.constexpr(240)  # two accumulators (64×D and 64×BLOCK_N fp32) and the softmax
+KERNEL_MAXNREG = 168  # 12 warps (3 warpgroups) × 168 registers fill the 64K register file
+
+
+# A scalar argument equal to 1 reaches the kernel as a constexpr (Triton's specialisation).
+_SCALAR = (gl.tensor, gl.constexpr)
+
+
+@constexpr_function  # a plain function here is not one the JIT's dependency hash takes
+def _set_fields(aggregate_value, fields):
+    """The keyword constructor of the aggregates below: Gluon values (tensors, shared memory,
+    TMA descriptors) are kept, anything else (numbers, layouts, flags; specialised scalars
+    arrive as Python numbers) becomes a constexpr."""
+    for name, value in fields.items():
+        keep = isinstance(value, base_value) and not isinstance(value, gl.constexpr)
+        setattr(aggregate_value, name, value if keep else gl.constexpr(value))
+
+
+@aggregate
+class LoopShape:
+    """What every partition knows at compile time: the head dim, the key rows of a ring slot
+    (``BLOCK_N``), the blocks (``BLOCK_TOKENS``, tile, TMA box frames ``SUB_T``, block grid),
+    the ring depth, and which phases, layouts and key covers (the padding bias of a padded
+    grid, or the 720p edge cover) this launch has."""
+
+    HEAD_DIM: gl.constexpr
+    BLOCK_N: gl.constexpr
+    BLOCK_TOKENS: gl.constexpr
+    TILE_T: gl.constexpr
+    TILE_H: gl.constexpr
+    TILE_W: gl.constexpr
+    SUB_T: gl.constexpr
+    GRID_HW: gl.constexpr
+    GRID_W: gl.constexpr
+    STAGES: gl.constexpr
+    SHARED_LIST: gl.constexpr
+    K_HEADS_IN_COLUMNS: gl.constexpr
+    V_HEADS_IN_COLUMNS: gl.constexpr
+    POOLED: gl.constexpr
+    HAS_EXTRA: gl.constexpr
+    GRID_PADDED: gl.constexpr
+    EDGE_COVER: gl.constexpr
+
+    @constexpr_function
+    def __init__(self, **fields):
+        _set_fields(self, fields)
+
+
+@aggregate
+class LoopCall:
+    """The run-time arguments of a launch: q/o pointers and strides, the mask (work order,
+    counts, ids), the layout (slot map, block lengths, Sol's key bits), Sol's pooled term (log2 lengths,
+    routed bitmap), the TMA descriptors (the edge cover's half-slot boxes: ``*_half`` one frame
+    of the tile's first 4 rows, ``*_row`` the 5th row of 4 frames) and the scalars of the
+    geometry."""
+
+    Q: gl.tensor
+    O: gl.tensor
+    WORK: gl.tensor
+    COUNTS: gl.tensor
+    IDS: gl.tensor
+    ROW_MAP: gl.tensor
+    LENGTHS: gl.tensor
+    KEY_BITS: gl.tensor
+    LOG2_LEN: gl.tensor
+    ROUTED_BITS: gl.tensor
+    k_grid: tma.tensor_descriptor
+    v_grid: tma.tensor_descriptor
+    k_seq: tma.tensor_descriptor
+    v_seq: tma.tensor_descriptor
+    k_pool: tma.tensor_descriptor
+    v_pool: tma.tensor_descriptor
+    k_half: tma.tensor_descriptor
+    v_half: tma.tensor_descriptor
+    k_row: tma.tensor_descriptor
+    v_row: tma.tensor_descriptor
+    stride_qb: _SCALAR
+    stride_qn: _SCALAR
+    stride_qh: _SCALAR
+    stride_ob: _SCALAR
+    stride_on: _SCALAR
+    stride_oh: _SCALAR
+    n_work: _SCALAR
+    tiles_per_block: _SCALAR
+    num_blocks: _SCALAR
+    head_base: _SCALAR
+    list_batch_stride: _SCALAR
+    list_stride: _SCALAR
+    bits_batch_stride: _SCALAR
+    bits_stride: _SCALAR
+    num_heads: _SCALAR
+    group_heads: _SCALAR
+    n_grid_blocks: _SCALAR
+    n_grid_tokens: _SCALAR
+    tokens_t: _SCALAR
+    tokens_h: _SCALAR
+    tokens_w: _SCALAR
+    qk_scale_log2: _SCALAR
+
+    @constexpr_function
+    def __init__(self, **fields):
+        _set_fields(self, fields)
+
+
+@aggregate
+class Ring:
+    """Shared memory of a program: the two consumers' query tiles and the key ring (K and V
+    slots with their ready and empty barriers) and the ping-pong's turn barriers."""
+
+    q_bufs: gl.shared_memory_descriptor
+    k_ring: gl.shared_memory_descriptor
+    v_ring: gl.shared_memory_descriptor
+    k_ready: gl.shared_memory_descriptor
+    v_ready: gl.shared_memory_descriptor
+    empty: gl.shared_memory_descriptor
+    turn: gl.shared_memory_descriptor
+
+    @constexpr_function
+    def __init__(self, **fields):
+        _set_fields(self, fields)
+
+
+@gluon.jit
+def _work_item(call, shape, c: gl.constexpr):
+    """The work item of consumer ``c`` of this program: (head, query block, first query row
+    in the block, list row, grid count, extra count, live). PSA: the list of the tile's query
+    block, counts 0 past the work. Sol: the program's pair stream; an item of -1 (a query block
+    left without a partner) is not live but still walks the stream, releasing its slots."""
+    pid = gl.program_id(0)
+    b = gl.program_id(1)
+    if shape.SHARED_LIST:
+        live = pid < call.n_work
+        work = gl.load(call.WORK + gl.minimum(pid, call.n_work - 1))
+        list_row = b.to(gl.int64) * call.list_batch_stride + work // call.tiles_per_block
+        n_grid = gl.where(live, gl.load(call.COUNTS + list_row * 2), 0)
+        n_extra = gl.where(live, gl.load(call.COUNTS + list_row * 2 + 1), 0)
+        first_row = (work % call.tiles_per_block) * (2 * ROWS) + c * ROWS
+    else:
+        work = gl.load(call.WORK + pid * 2 + c)
+        live = work >= 0
+        work = gl.maximum(work, 0)
+        list_row = b.to(gl.int64) * call.list_batch_stride + pid
+        n_grid = gl.load(call.COUNTS + list_row * 2)
+        n_extra = gl.load(call.COUNTS + list_row * 2 + 1)
+        first_row = (work % call.tiles_per_block) * ROWS
+    hq = work // call.tiles_per_block
+    h = call.head_base + hq // call.num_blocks
+    return h, hq, hq % call.num_blocks, first_row, list_row, n_grid, n_extra, live
+
+
+@gluon.jit
+def _ring_slot(shape, i):
+    """Slot and phase of ring step ``i``: the producer and both consumers walk the same steps."""
+    return i % shape.STAGES, (i // shape.STAGES) & 1
+
+
+@gluon.jit
+def _box_corner(blk, t, shape):
+    """Grid coordinates (frame, row, column) of the TMA box of step ``t`` of listed block ``blk``."""
+    SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
+    t0 = (blk // shape.GRID_HW) * shape.TILE_T + (t % SUB) * shape.SUB_T
+    h0 = ((blk % shape.GRID_HW) // shape.GRID_W) * shape.TILE_H
+    w0 = (blk % shape.GRID_W) * shape.TILE_W
+    return t0, h0, w0
+
+
+@gluon.jit
+def _listed_block(ids, j, n):
+    """Listed entry ``j`` of ``n`` as int32 (0 past the list; ids may be stored in 16 bits),
+    read a block ahead of its use by the loops below."""
+    return gl.load(ids + j, mask=j < n, other=0).to(gl.int32)
+
+
+@gluon.jit
+def _step_blocks(ids, t, n):
+    """Step ``t`` of ``n`` of a Sol pair stream (``pair_streams.PairStreams``): its two key blocks
+    (the second repeats the first when that half is empty), whether the second half is empty,
+    and its users (bit 0: item 0 computes it, bit 1: item 1). Read a step ahead of its use."""
+    first = _listed_block(ids, 2 * t, 2 * n)
+    second = _listed_block(ids, 2 * t + 1, 2 * n)
+    empty = second < 0
+    return first >> 2, gl.where(empty, first >> 2, second >> 2), empty, first & 3
+
+
+@gluon.jit
+def _covered_steps(blk, shape):
+    """Under the edge cover: the ring steps of listed grid block ``blk`` (2 in the last block
+    row, else one per frame) and whether it is in that row."""
+    on_edge = (blk % shape.GRID_HW) // shape.GRID_W == shape.GRID_HW // shape.GRID_W - 1
+    return gl.where(on_edge, 2, shape.TILE_T), on_edge
+
+
+@gluon.jit
+def _produce_into(desc, coord, ring, slot, bar):
+    """One TMA box of ``desc`` at ``coord`` into ring slot ``slot``, completing on ``bar``."""
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    dst = ring.index(slot)._reinterpret(desc.dtype, desc.block_type.shape, desc.layout)
+    tma.async_copy_global_to_shared(desc, coord, bar, dst)
+
+
+@gluon.jit
+def _produce_step(k_desc, v_desc, k_coord, v_coord, ring, slot, phase):
+    """K and V of one step into ring slot ``slot``, once the consumers have released it."""
+    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    _produce_into(k_desc, k_coord, ring.k_ring, slot, ring.k_ready.index(slot))
+    _produce_into(v_desc, v_coord, ring.v_ring, slot, ring.v_ready.index(slot))
+
+
+@gluon.jit
+def _copy_half(desc, coord, ring_buf, slot, half: gl.constexpr, bar):
+    """One box of half a slot into half ``half`` of ring slot ``slot``, completing on ``bar``
+    (the caller expects the bytes). A slot of D columns is stored as D / CHUNK column chunks of
+    128 bytes, each holding all its rows (the 128-byte swizzle), so a half slot is one run of
+    rows in every chunk: the box is CHUNK columns wide and is copied once per chunk, from the
+    column in ``coord``'s last entry on (5D grid boxes or 3D sequence boxes)."""
+    RANK: gl.constexpr = len(desc.block_type.shape)
+    CHUNK: gl.constexpr = desc.block_type.shape[RANK - 1]
+    CHUNKS: gl.constexpr = ring_buf.shape[2] // CHUNK
+    HALF: gl.constexpr = ring_buf.shape[1] // 2
+    # (slot, chunk, half) → HALF rows × CHUNK columns; a subview may not be reinterpreted, an index may.
+    runs = ring_buf._reinterpret(ring_buf.dtype, [ring_buf.shape[0] * CHUNKS * 2, HALF, CHUNK],
+                                 gl.NVMMASharedLayout.get_default_for([HALF, CHUNK], ring_buf.dtype))
+    for chunk in gl.static_range(CHUNKS):
+        dst = runs.index((slot * CHUNKS + chunk) * 2 + half)._reinterpret(desc.dtype, desc.block_type.shape,
+                                                                           desc.layout)
+        col = coord[RANK - 1] + chunk * CHUNK
+        if RANK == 5:
+            tma.async_copy_global_to_shared(desc, [coord[0], coord[1], coord[2], coord[3], col], bar, dst)
+        else:
+            tma.async_copy_global_to_shared(desc, [coord[0], coord[1], col], bar, dst)
+
+
+@gluon.jit
+def _produce_halves(desc, coord, second_desc, second_coord, ring_buf, slot, bar):
+    """Two boxes of half a slot into the halves of ring slot ``slot``, completing on ``bar``
+    together (one expect for both: a barrier of count 1 would complete on the first alone)."""
+    CHUNKS: gl.constexpr = ring_buf.shape[2] // desc.block_type.shape[4]
+    mbarrier.expect(bar, CHUNKS * (desc.block_type.nbytes + second_desc.block_type.nbytes))
+    _copy_half(desc, coord, ring_buf, slot, 0, bar)
+    _copy_half(second_desc, second_coord, ring_buf, slot, 1, bar)
+
+
+@gluon.jit
+def _copy_block_half(call, shape, grid_desc, seq_desc, at, blk, ring_buf, slot, half: gl.constexpr, bar):
+    """Key block ``blk`` (64 keys) of a Sol pair step into half ``half`` of ring slot ``slot``:
+    a grid box, or for an extra (text) block a sequence box."""
+    hb, col = at
+    extra = False
+    if shape.HAS_EXTRA:
+        extra = blk >= call.n_grid_blocks
+    if extra:
+        row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS
+        _copy_half(seq_desc, [hb, row, col], ring_buf, slot, half, bar)
+    else:
+        t0, h0, w0 = _box_corner(blk, 0, shape)
+        _copy_half(grid_desc, [hb, t0, h0, w0, col], ring_buf, slot, half, bar)
+
+
+@gluon.jit
+def _produce_pair_step(call, ring, shape, blocks, k_at, v_at, slot, phase):
+    """The two key blocks of a Sol pair step into the halves of ring slot ``slot``."""
+    blk0, blk1 = blocks
+    CHUNKS: gl.constexpr = shape.HEAD_DIM // call.k_grid.block_type.shape[4]
+    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    mbarrier.expect(ring.k_ready.index(slot), 2 * CHUNKS * call.k_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk0, ring.k_ring, slot, 0, ring.k_ready.index(slot))
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk1, ring.k_ring, slot, 1, ring.k_ready.index(slot))
+    mbarrier.expect(ring.v_ready.index(slot), 2 * CHUNKS * call.v_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk0, ring.v_ring, slot, 0, ring.v_ready.index(slot))
+    _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk1, ring.v_ring, slot, 1, ring.v_ready.index(slot))
+
+
+@gluon.jit
+def _produce_edge_step(call, ring, shape, s, corner, k_at, v_at, slot, phase):
+    """Step ``s`` of an edge block under the cover: its first two frames' 4 rows (s = 0), then
+    its third frame's 4 rows and the 5th row of 4 frames (s = 1; the 4th frame is the next
+    tile's, or past the grid and zero-filled, and the consumer masks it)."""
+    t0, h0, w0 = corner
+    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    k_b, k_col = k_at
+    v_b, v_col = v_at
+    HALF_ROWS: gl.constexpr = shape.TILE_H // 2
+    first_t = t0 + 2 * s
+    if s == 0:
+        _produce_halves(call.k_half, [k_b, first_t, h0, w0, k_col], call.k_half, [k_b, first_t + 1, h0, w0, k_col],
+                        ring.k_ring, slot, ring.k_ready.index(slot))
+        _produce_halves(call.v_half, [v_b, first_t, h0, w0, v_col], call.v_half, [v_b, first_t + 1, h0, w0, v_col],
+                        ring.v_ring, slot, ring.v_ready.index(slot))
+    else:
+        _produce_halves(call.k_half, [k_b, first_t, h0, w0, k_col], call.k_row, [k_b, t0, h0 + HALF_ROWS, w0, k_col],
+                        ring.k_ring, slot, ring.k_ready.index(slot))
+        _produce_halves(call.v_half, [v_b, first_t, h0, w0, v_col], call.v_row, [v_b, t0, h0 + HALF_ROWS, w0, v_col],
+                        ring.v_ring, slot, ring.v_ready.index(slot))
+
+
+@gluon.jit
+def _producer(call, ring, shape):
+    """Issue every K/V box the program's consumers read, in the order they read them."""
+    b = gl.program_id(1)
+    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, 0)
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    ids = call.IDS + list_row * call.list_stride
+    if shape.K_HEADS_IN_COLUMNS:
+        k_b = b
+        k_col = h * shape.HEAD_DIM
+    else:
+        k_b = b * call.num_heads + h
+        k_col = 0
+    if shape.V_HEADS_IN_COLUMNS:
+        v_b = b
+        v_col = h * shape.HEAD_DIM
+    else:
+        v_b = b * call.num_heads + h
+        v_col = 0
+    i = 0
+    if shape.POOLED:
+        pool_row = b * call.group_heads + hq // call.num_blocks
+        for chunk in range(gl.cdiv(call.num_blocks, BLOCK_N)):
+            slot, phase = _ring_slot(shape, i)
+            _produce_step(call.k_pool, call.v_pool, [pool_row, chunk * BLOCK_N, 0], [pool_row, chunk * BLOCK_N, 0],
+                          ring, slot, phase)
+            i += 1
+    SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
+    if not shape.SHARED_LIST:
+        # Sol: the pair stream's steps, two key blocks each (text blocks among them).
+        step_next = _step_blocks(ids, 0, n_grid)
+        for t in range(n_grid):
+            blk0, blk1, _, _ = step_next
+            step_next = _step_blocks(ids, t + 1, n_grid)
+            slot, phase = _ring_slot(shape, i)
+            _produce_pair_step(call, ring, shape, (blk0, blk1), (k_b, k_col), (v_b, v_col), slot, phase)
+            i += 1
+    elif shape.EDGE_COVER:
+        blk_next = _listed_block(ids, 0, n_grid)
+        for j in range(n_grid):
+            blk = blk_next
+            blk_next = _listed_block(ids, j + 1, n_grid)
+            n_sub, on_edge = _covered_steps(blk, shape)
+            for s in range(n_sub):
+                slot, phase = _ring_slot(shape, i)
+                if on_edge:
+                    _produce_edge_step(call, ring, shape, s, _box_corner(blk, 0, shape), (k_b, k_col), (v_b, v_col),
+                                       slot, phase)
+                else:
+                    t0, h0, w0 = _box_corner(blk, s, shape)
+                    _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring,
+                                  slot, phase)
+                i += 1
+    else:
+        blk_next = _listed_block(ids, 0, n_grid)
+        for t in range(n_grid * SUB):
+            blk = blk_next
+            blk_next = _listed_block(ids, (t + 1) // SUB, n_grid)
+            t0, h0, w0 = _box_corner(blk, t, shape)
+            slot, phase = _ring_slot(shape, i)
+            _produce_step(call.k_grid, call.v_grid, [k_b, t0, h0, w0, k_col], [v_b, t0, h0, w0, v_col], ring, slot,
+                          phase)
+            i += 1
+    XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    if shape.HAS_EXTRA and shape.SHARED_LIST:
+        for t in range(n_extra * XSUB):
+            blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
+            row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS + (t % XSUB) * BLOCK_N
+            slot, phase = _ring_slot(shape, i)
+            _produce_step(call.k_seq, call.v_seq, [k_b, row, k_col], [v_b, row, v_col], ring, slot, phase)
+            i += 1
+
+
+@aggregate
+class Consumer:
+    """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
+    it waits on, which bit of a Sol stream entry is its item's), whether it takes turns with
+    the other consumer (``PING_PONG``), the layouts of its scores, accumulator and P operand,
+    and the softmax scale."""
+
+    c: gl.constexpr
+    PING_PONG: gl.constexpr
+    BLOCK_N: gl.constexpr
+    s_layout: gl.constexpr
+    acc_layout: gl.constexpr
+    p_layout: gl.constexpr
+    qk_scale_log2: _SCALAR
+
+    @constexpr_function
+    def __init__(self, **fields):
+        _set_fields(self, fields)
+
+
+@gluon.jit
+def _softmax_update(s, m_i, l_i, acc, bias, me):
+    """Fold the scores ``s`` (+ ``bias``) of one key tile into the running max and sum and
+    rescale the accumulator; returns P as the PV operand."""
+    s = s * me.qk_scale_log2 + bias[None, :]
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, me.acc_layout))[:, None]
+    return m_new, l_i, acc, p
+
+
+@gluon.jit
+def _attend(state, q_smem, ring, slot, phase, bias, me):
+    """One key tile of the online softmax against ring slot ``slot``; ``state`` is the
+    accumulator, the running max and the running sum."""
+    acc, m_i, l_i = state
+    k_buf = ring.k_ring.index(slot)
+    v_buf = ring.v_ring.index(slot)
+    mbarrier.wait(ring.k_ready.index(slot), phase)
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], gl.float32, me.s_layout),
+                      use_acc=False, is_async=True)
+    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, me)
+    p_op = gl.convert_layout(p.to(v_buf.dtype), me.p_layout)
+    mbarrier.wait(ring.v_ready.index(slot), phase)
+    acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
+    acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
+    mbarrier.arrive(ring.empty.index(slot), count=1)
+    return acc, m_i, l_i
+
+
+@gluon.jit
+def _pass(ring, slot, phase):
+    """Release a slot without computing it (a Sol stream step of the other item's block), once
+    it holds this lap's copy: an arrival before that would count for the last lap. Both
+    consumers walk every ring step, computing or passing it: one that skipped steps would wait
+    on a parity a lap ahead, which a barrier that has not got there yet reads as done
+    (tests/kernels/test_ring_protocol.py models this)."""
+    mbarrier.wait(ring.k_ready.index(slot), phase)
+    mbarrier.arrive(ring.empty.index(slot), count=1)
+
+
+@gluon.jit
+def _stream_step(state, q_smem, ring, slot, phase, bias, me, users):
+    """One step of a Sol pair stream: computed if ``users`` has this consumer's item, else passed."""
+    if ((users >> me.c) & 1) != 0:
+        state = _attend(state, q_smem, ring, slot, phase, bias, me)
+    else:
+        _pass(ring, slot, phase)
+    return state
+
+
+@gluon.jit
+def _take_turn(ring, turns, c: gl.constexpr):
+    """Wait for turn number ``turns`` of consumer ``c`` (consumer 0 has the first)."""
+    mbarrier.wait(ring.turn.index(c), (turns & 1) ^ (1 if c == 0 else 0))
+
+
+@gluon.jit
+def _attend_in_turn(state, q_smem, ring, slot, phase, bias, me):
+    """``_attend`` ping-pong (FlashAttention-3), for the two consumers of a shared ring: they
+    take turns at the tensor cores. In its turn a consumer issues the previous tile's PV and
+    this tile's QKᵀ and hands the turn over; its softmax then runs while the other's MMAs do.
+    ``state`` adds the previous tile's P (zeros before the first tile, whose slot stands in
+    for the previous one), its slot and phase, whether it exists, and the turns taken."""
+    acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns = state
+    _take_turn(ring, turns, me.c)
+    v_prev = ring.v_ring.index(prev_slot)
+    mbarrier.wait(ring.v_ready.index(prev_slot), prev_phase)
+    acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)
+    k_buf = ring.k_ring.index(slot)
+    mbarrier.wait(ring.k_ready.index(slot), phase)
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], gl.float32, me.s_layout),
+                      use_acc=False, is_async=True)
+    mbarrier.arrive(ring.turn.index(1 - me.c), count=1)
+    acc, s, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s, q_smem, k_buf, v_prev))
+    mbarrier.arrive(ring.empty.index(prev_slot), count=1, pred=has_prev)
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, me)
+    p_op = gl.convert_layout(p.to(v_prev.dtype), me.p_layout)
+    return acc, m_i, l_i, p_op, slot, phase, turns >= 0, turns + 1
+
+
+@gluon.jit
+def _step(state, q_smem, ring, slot, phase, bias, me):
+    """One key tile: in turn on a shared ring, else on the consumer's own."""
+    if me.PING_PONG:
+        state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, me)
+    else:
+        state = _attend(state, q_smem, ring, slot, phase, bias, me)
+    return state
+
+
+@gluon.jit
+def _last_pv_in_turn(state, ring, c: gl.constexpr):
+    """The last tile's PV, in turn (both consumers of a shared ring run as many tiles, so
+    they take the same number of turns); returns the accumulator and the running sum."""
+    acc, m_i, l_i, p_prev, prev_slot, prev_phase, has_prev, turns = state
+    if has_prev:
+        _take_turn(ring, turns, c)
+        v_prev = ring.v_ring.index(prev_slot)
+        mbarrier.wait(ring.v_ready.index(prev_slot), prev_phase)
+        acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)
+        mbarrier.arrive(ring.turn.index(1 - c), count=1)
+        acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_prev))
+        mbarrier.arrive(ring.empty.index(prev_slot), count=1)
+    return acc, l_i
+
+
+@gluon.jit
+def _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n):
+    """The key bias of a Sol pair step, per slot column: 0, or -inf on the second half when it
+    is empty and on the padding keys of a block: a grid block's rows past the grid, an extra
+    block's past its length, read as 32-bit words of the block's key bits (``key_bits``) so
+    that one select and one shift per column do it."""
+    HALF: gl.constexpr = shape.BLOCK_N // 2
+    second = offs_n >= HALF
+    if shape.GRID_PADDED or shape.HAS_EXTRA:
+        high = (offs_n % HALF) >= 32
+        words = call.KEY_BITS + 2 * blk0
+        low0, high0 = gl.load(words), gl.load(words + 1)
+        words = call.KEY_BITS + 2 * blk1
+        low1 = gl.where(empty1, 0, gl.load(words))
+        high1 = gl.where(empty1, 0, gl.load(words + 1))
+        word = gl.where(second, gl.where(high, high1, low1), gl.where(high, high0, low0))
+        ok = ((word >> (offs_n % 32)) & 1) != 0
+    else:
+        ok = ~(second & empty1)
+    return gl.where(ok, 0.0, float("-inf"))
+
+
+@gluon.jit
+def _pooled_bias(call, bits, chunk, offs_n, BLOCK_N: gl.constexpr):
+    """The key bias of pooled chunk ``chunk`` (``BLOCK_N`` pooled blocks, one per column):
+    log2 of the block's length, -inf for a routed block (it is computed exactly) and past the
+    last block. ``bits`` is the item's bitmap as 32-bit words: the chunk's words are loaded as
+    scalars, one broadcast each, and every column picks its bit from them (the per-column
+    gather of 64-bit words this replaces cost 0.6 ms of a 52 ms call at 75.6K tokens; the
+    lengths stay a load: computed from the grid they cost more)."""
+    cols = chunk * BLOCK_N + offs_n
+    first = chunk * (BLOCK_N // 32)
+    w0 = gl.load(bits + first, mask=first < call.bits_stride, other=0)
+    w1 = gl.load(bits + first + 1, mask=first + 1 < call.bits_stride, other=0)
+    odd = ((offs_n // 32) % 2) == 1
+    word = gl.where(odd, w1, w0)
+    if BLOCK_N == 128:
+        w2 = gl.load(bits + first + 2, mask=first + 2 < call.bits_stride, other=0)
+        w3 = gl.load(bits + first + 3, mask=first + 3 < call.bits_stride, other=0)
+        word = gl.where(offs_n >= 64, gl.where(odd, w3, w2), word)
+    routed = ((word >> (offs_n % 32)) & 1) != 0
+    log2_len = gl.load(call.LOG2_LEN + cols, mask=cols < call.num_blocks, other=float("-inf"))
+    return gl.where(routed, float("-inf"), log2_len)
+
+
+@gluon.jit
+def _consumer(call, ring, shape, c: gl.constexpr):
+    """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
+    b = gl.program_id(1)
+    h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, c)
+    HEAD_DIM: gl.constexpr = shape.HEAD_DIM
+    BLOCK_N: gl.constexpr = shape.BLOCK_N
+    TILE_T: gl.constexpr = shape.TILE_T
+    TILE_H: gl.constexpr = shape.TILE_H
+    TILE_W: gl.constexpr = shape.TILE_W
+
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    load_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+
+    # The query rows, through the slot map (-1: padding, read as zeros and never stored).
+    local = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, load_layout))
+    slots = gl.load(call.ROW_MAP + qblk * shape.BLOCK_TOKENS + local, mask=live & (local < shape.BLOCK_TOKENS),
+                    other=-1)
+    rows_ok = slots >= 0
+    rows = gl.maximum(slots, 0).to(gl.int64)
+    offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, load_layout))
+    q_base = call.Q + b.to(gl.int64) * call.stride_qb + h.to(gl.int64) * call.stride_qh
+    q = gl.load(q_base + rows[:, None] * call.stride_qn + offs_d[None, :], mask=rows_ok[:, None], other=0.0)
+    q_nan = gl.max((q != q).to(gl.int32), 1) > 0
+    q_smem = ring.q_bufs.index(c)
+    q_smem.store(q)
+    fence_async_shared()
+
+    ids = call.IDS + list_row * call.list_stride
+    offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
+    me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, acc_layout=acc_layout,
+                  p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
+    state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
+             gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout)),
+             gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout)))
+    if shape.SHARED_LIST:
+        zero = n_grid * 0  # run-time zero: loop-carried state must not start as a constexpr
+        first_slot, _ = _ring_slot(shape, zero)
+        state = state + (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), first_slot, zero, zero > 0, zero)
+    i = 0
+    if shape.POOLED:
+        # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
+        # Every chunk serves both items of a Sol program (one head); an item 1 that is not live
+        # passes them.
+        bits = call.ROUTED_BITS + (b.to(gl.int64) * call.bits_batch_stride + hq) * call.bits_stride
+        users = live.to(gl.int32) << c
+        for chunk in range(gl.cdiv(call.num_blocks, BLOCK_N)):
+            bias = _pooled_bias(call, bits, chunk, offs_n, BLOCK_N)
+            slot, phase = _ring_slot(shape, i)
+            if shape.SHARED_LIST:
+                state = _step(state, q_smem, ring, slot, phase, bias, me)
+            else:
+                state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
+            i += 1
+    SUB: gl.constexpr = TILE_T // shape.SUB_T
+    box_t = offs_n // (TILE_H * TILE_W)
+    box_h = (offs_n // TILE_W) % TILE_H
+    box_w = offs_n % TILE_W
+    zero_bias = gl.zeros([BLOCK_N], gl.float32, col_layout)
+    if shape.EDGE_COVER:
+        # An edge block's second step ends with the 4th frame of its 5th-row box: not its keys.
+        foreign = offs_n >= BLOCK_N - TILE_W
+        blk_next = _listed_block(ids, 0, n_grid)
+        for j in range(n_grid):
+            blk = blk_next
+            blk_next = _listed_block(ids, j + 1, n_grid)
+            n_sub, on_edge = _covered_steps(blk, shape)
+            for s in range(n_sub):
+                bias = gl.where(foreign & (on_edge & (s == 1)), float("-inf"), zero_bias)
+                slot, phase = _ring_slot(shape, i)
+                state = _step(state, q_smem, ring, slot, phase, bias, me)
+                i += 1
+    elif shape.SHARED_LIST:
+        for t in range(n_grid * SUB):
+            if shape.GRID_PADDED:
+                t0, h0, w0 = _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape)
+                inside = (t0 + box_t < call.tokens_t) & (h0 + box_h < call.tokens_h) & (w0 + box_w < call.tokens_w)
+                bias = gl.where(inside, 0.0, float("-inf"))
+            else:
+                bias = zero_bias
+            slot, phase = _ring_slot(shape, i)
+            state = _step(state, q_smem, ring, slot, phase, bias, me)
+            i += 1
+    else:
+        # Sol: the pair stream's steps, a key block in each half of the slot.
+        step_next = _step_blocks(ids, 0, n_grid)
+        for t in range(n_grid):
+            blk0, blk1, empty1, users = step_next
+            step_next = _step_blocks(ids, t + 1, n_grid)
+            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n)
+            slot, phase = _ring_slot(shape, i)
+            state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
+            i += 1
+    XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    if shape.HAS_EXTRA and shape.SHARED_LIST:
+        for t in range(n_extra * XSUB):
+            blk = gl.load(ids + n_grid + t // XSUB).to(gl.int32)
+            length = gl.load(call.LENGTHS + blk)
+            bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
+            slot, phase = _ring_slot(shape, i)
+            state = _step(state, q_smem, ring, slot, phase, bias, me)
+            i += 1
+
+    if shape.SHARED_LIST:
+        acc, l_i = _last_pv_in_turn(state, ring, c)
+    else:
+        acc, m_i, l_i = state
+    # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out.
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    l_acc = gl.convert_layout(l_i, row_layout)
+    empty_row = l_acc == 0
+    out = acc / gl.where(empty_row, 1.0, l_acc)[:, None]
+    nan_row = empty_row & gl.convert_layout(q_nan, row_layout)
+    out = gl.where(nan_row[:, None], float("nan"), out)
+    out_rows = gl.convert_layout(rows, row_layout)
+    out_ok = gl.convert_layout(rows_ok, row_layout)
+    out_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    o_base = call.O + b.to(gl.int64) * call.stride_ob + h.to(gl.int64) * call.stride_oh
+    gl.store(o_base + out_rows[:, None] * call.stride_on + out_d[None, :], out.to(call.O.dtype.element_ty),
+             mask=out_ok[:, None])
+
+
+@gluon.jit
+def _ws_block_sparse_kernel(
+    Q, O, K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL, K_HALF, V_HALF, K_ROW, V_ROW,
+    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, KEY_BITS, LOG2_LEN, ROUTED_BITS,
+    stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
+    n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_batch_stride, bits_stride,
+    num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
+    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, BLOCK_TOKENS: gl.constexpr,
+    TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
+    GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
+    SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
+    POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr, EDGE_COVER: gl.constexpr,
+):
+    dtype: gl.constexpr = K_GRID.dtype
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
+    ring_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    slot_barriers: gl.constexpr = [STAGES, 1]
+    ring = Ring(q_bufs=gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout),
+                k_ring=gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                v_ring=gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+                k_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
+                v_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
+                empty=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
+                turn=gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()))
+    mbarrier.init(ring.turn.index(0), count=1)
+    mbarrier.init(ring.turn.index(1), count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ring.k_ready.index(s), count=1)
+        mbarrier.init(ring.v_ready.index(s), count=1)
+        mbarrier.init(ring.empty.index(s), count=2)  # free again once both consumers are done with it
+    shape = LoopShape(HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_TOKENS=BLOCK_TOKENS, TILE_T=TILE_T, TILE_H=TILE_H,
+                      TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES,
+                      SHARED_LIST=SHARED_LIST, K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS,
+                      V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED, HAS_EXTRA=HAS_EXTRA,
+                      GRID_PADDED=GRID_PADDED, EDGE_COVER=EDGE_COVER)
+    call = LoopCall(
+        Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, KEY_BITS=KEY_BITS,
+        LOG2_LEN=LOG2_LEN,
+        ROUTED_BITS=ROUTED_BITS, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ, v_seq=V_SEQ, k_pool=K_POOL,
+        v_pool=V_POOL, k_half=K_HALF, v_half=V_HALF, k_row=K_ROW, v_row=V_ROW, stride_qb=stride_qb,
+        stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob, stride_on=stride_on, stride_oh=stride_oh,
+        n_work=n_work, tiles_per_block=tiles_per_block,
+        num_blocks=num_blocks, head_base=head_base, list_batch_stride=list_batch_stride, list_stride=list_stride,
+        bits_batch_stride=bits_batch_stride, bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads, n_grid_blocks=n_grid_blocks,
+        n_grid_tokens=n_grid_tokens, tokens_t=tokens_t, tokens_h=tokens_h, tokens_w=tokens_w,
+        qk_scale_log2=qk_scale_log2)
+    # Consumer 0 is the default partition (it runs in the kernel's 4 warps).
+    gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
+                        (_producer, (call, ring, shape))],
+                       [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# Shared memory a launch may fill (of the 227 KB a block may ask for on sm_90), leaving room
+# for the barriers and the compiler's scratch.
+SHARED_MEMORY_BUDGET = 232448 - 2048
+
+
+def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, most: int) -> int:
+    """Slots of the key ring: as many as fit beside the two 64-row query tiles, at most ``most``
+    (the configuration's ``num_stages``) per work item: Sol's two items of a program share
+    the ring, so with 64-row tiles it has twice that."""
+    slot = 2 * block_n * head_dim * element_size  # a K and a V tile
+    free = SHARED_MEMORY_BUDGET - 2 * ROWS.value * head_dim * element_size
+    return max(0, min(most * (1 if block_m == 128 else 2), free // slot))
+
+
+def ws_supported(q, k, v, layout, block_m: int, sub_frames, num_stages: int, pooled: bool) -> bool:
+    """Whether a call on ``layout`` with ``block_m``-row query tiles runs the warp-specialised
+    loop (else the portable kernel runs): fp16/bf16, D 64 or 128, 64- or 128-row query tiles,
+    TMA boxes of 64 or 128 rows whose ring fits at least 2 slots, and TMA views of K and V.
+    64-row tiles only with Sol's pooled term: on bare key lists this loop was 6 % slower than the
+    portable one on gaussian inputs and within run-to-run noise on video-like ones (H200).
+    Never under Triton's interpreter, which does not run Gluon. It reads no mask, so the engine
+    also asks it for the memory of a call's work form before the call routes."""
+    if triton_interpreting():
+        return False
+    if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in (64, 128):
+        return False
+    if block_m not in (64, 128) or sub_frames is None or (block_m == 64 and not pooled):
+        return False
+    box_rows = sub_frames * layout.tile[1] * layout.tile[2]
+    if box_rows not in (64, 128) or (block_m == 64 and box_rows != 64):
+        return False
+    if ring_stages(block_m, step_keys(block_m, box_rows), q.shape[3], q.element_size(), num_stages) < 2:
+        return False
+    return all(tma_views(x, layout.grid) is not None for x in (k, v))
+
+
+@functools.lru_cache(maxsize=64)
+def key_bits(lay) -> torch.Tensor:
+    """int32 (n_blocks, 2) on the layout's device: bit j of word j // 32 of a 64-token block is
+    set when key j of the half slot its box fills holds a token. A grid block's box is its
+    tile in (frame, row, column) order, so its padding is where the tile leaves the grid (not
+    last, as in the block's slots of ``row_map``: a tile cut in rows or frames interleaves
+    them); a text block's sequence box holds its first ``length`` keys. Sol's pair steps mask
+    their padding with it. Cached, read-only."""
+    T, H, W = lay.grid
+    bt, bh, bw = lay.tile
+    _, nH, nW = lay.block_grid
+    dev = lay.device  # built where the layout lives: no copy to the host, so no sync on a first call
+    key = torch.arange(lay.block_tokens, device=dev)
+    blk = torch.arange(lay.n_grid_blocks, device=dev)[:, None]
+    inside = (((blk // (nH * nW)) * bt + key // (bh * bw) < T)
+              & (((blk % (nH * nW)) // nW) * bh + (key // bw) % bh < H)
+              & ((blk % nW) * bw + key % bw < W))
+    text = key < lay.lengths[lay.n_grid_blocks:, None]
+    keys = torch.cat([inside, text]).to(torch.int64).view(lay.n_blocks, 2, 32)
+    words = (keys << torch.arange(32, dtype=torch.int64, device=dev)).sum(-1)
+    return torch.where(words >= 2**31, words - 2**32, words).to(torch.int32)
+
+
+def step_keys(block_m: int, box_rows: int) -> int:
+    """Key rows of a ring step: PSA's TMA box; for Sol (64-row tiles) two 64-key blocks."""
+    return box_rows if block_m == 128 else 2 * box_rows
+
+
+def _tma_descriptor(x, shape, strides, box):
+    """A Gluon TMA descriptor of ``x`` seen as ``shape``/``strides``, in boxes ``box`` with the
+    box's default swizzled shared layout (the one the ring's slots are reinterpreted as)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dtype = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
+    return TensorDescriptor(x, shape, strides, box, gl.NVMMASharedLayout.get_default_for(box, dtype))
+
+
+def edge_cover(lay, sub_frames) -> bool:
+    """Whether a launch on ``lay`` runs the edge cover: 3×8×W tiles in one-frame boxes on a
+    grid whose rows leave 5 for the last block row (45 = 5·8 + 5: Wan and HunyuanVideo at
+    720p) and whose frames and columns fill whole tiles. Such a block's 3·5·W keys take 2
+    steps (one frame of the first 4 rows per half slot, then the 5th row of 4 frames in a
+    half slot with the 4th frame masked) instead of 3 steps of which 3/8 is padding."""
+    T, H, W = lay.grid
+    bt, bh, bw = lay.tile
+    return (bt, bh, sub_frames) == (3, 8, 1) and H % bh == 5 and T % bt == 0 and W % bw == 0
+
+
+def _descriptors(x, lay, sub_frames, block_n, cover, halves):
+    """The descriptors of K or V: grid boxes, sequence boxes for text blocks, the edge cover's
+    two half-slot boxes (the grid boxes stand in without the cover), and whether its heads
+    are in the columns (``tile_loop.tma_views``). With ``halves`` (Sol's pair steps) the grid
+    and sequence boxes are one block × one 128-byte column chunk (``_copy_half``)."""
+    (grid_shape, grid_strides), (seq_shape, seq_strides), heads_in_columns = tma_views(x, lay.grid)
+    D = x.shape[3]
+    _, bh, bw = lay.tile
+    chunk = min(D, 128 // x.element_size())  # one 128-byte swizzle column chunk (_copy_half)
+    columns = chunk if halves else D
+    grid = _tma_descriptor(x, grid_shape, grid_strides, [1, sub_frames, bh, bw, columns])
+    seq = _tma_descriptor(x, seq_shape, seq_strides, [1, block_n // 2 if halves else block_n, columns])
+    if cover:
+        half = _tma_descriptor(x, grid_shape, grid_strides, [1, 1, bh // 2, bw, chunk])
+        row = _tma_descriptor(x, grid_shape, grid_strides, [1, bh // 2, 1, bw, chunk])
+    else:
+        half = row = grid
+    return grid, seq, half, row, heads_in_columns
+
+
+def _pool_descriptor(means, block_n):
+    """The descriptor (B·heads, NB, D) of Sol's pooled keys or mean values, boxes of ``block_n``."""
+    B, Hg, NB, D = means.shape
+    return _tma_descriptor(means, [B * Hg, NB, D], [NB * D, D, 1], [1, block_n, D])
+
+
+@functools.lru_cache(maxsize=16)
+def l2_bytes(device) -> int:
+    """The L2 cache of ``device`` in bytes (0 where torch does not say, or for a tensor off the
+    GPU: ``tools/compile_kernels.py`` runs the launches on the CPU)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return 0
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+
+
+def launch_per_head(device, kv_bytes_per_head: int) -> bool:
+    """Whether Sol's loop runs one launch per head of a group: where one head's K and V exceed
+    the L2 (at 131K tokens −10 % on gaussian inputs; at 75.6K, where they fit, +0.7 %; H200)."""
+    l2 = l2_bytes(device)
+    return 0 < l2 < kv_bytes_per_head
+
+
+def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, block_m, sub_frames, num_stages):
+    """``engine.block_sparse_attention`` with the warp-specialised loop (the caller checked
+    ``ws_supported``): ``mask`` lowered to id lists of 128-row tiles, or to pair streams of
+    64-row tiles."""
+    lay = mask.layout
+    B, L, H, D = q.shape
+    shared = block_m == 128
+    block_n = step_keys(block_m, sub_frames * lay.tile[1] * lay.tile[2])
+    cover = edge_cover(lay, sub_frames)
+    k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k, lay, sub_frames, block_n, cover, halves=not shared)
+    v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover, halves=not shared)
+    if pooled is not None:
+        k_pool, v_pool = _pool_descriptor(pooled.k_mean, block_n), _pool_descriptor(pooled.v_mean, block_n)
+        # The bitmap as 32-bit words (little-endian: the low half of a 64-bit word first).
+        log2_len, bits = pooled.log2_len, mask.bits.view(torch.int32)
+    else:
+        k_pool, v_pool, log2_len, bits = k_grid, v_grid, lay.lengths, mask.counts
+    items_per_batch = 0 if mask.counts.shape[0] == 1 else mask.num_heads * lay.n_blocks
+    descriptors = dict(K_GRID=k_grid, V_GRID=v_grid, K_SEQ=k_seq, V_SEQ=v_seq, K_POOL=k_pool, V_POOL=v_pool,
+                       K_HALF=k_half, V_HALF=v_half, K_ROW=k_row, V_ROW=v_row)
+    layout_args = dict(ROW_MAP=lay.row_map, LENGTHS=lay.lengths, KEY_BITS=lay.lengths if shared else key_bits(lay),
+                       num_blocks=lay.n_blocks, n_grid_blocks=lay.n_grid_blocks, n_grid_tokens=lay.n_grid_tokens,
+                       BLOCK_TOKENS=lay.block_tokens, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks,
+                       GRID_PADDED=lay.padded and not cover, EDGE_COVER=cover, **grid_geometry(lay))
+    shape_args = dict(HEAD_DIM=D, BLOCK_N=block_n, SUB_T=sub_frames,
+                      STAGES=ring_stages(block_m, block_n, D, q.element_size(), num_stages),
+                      SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
+                      POOLED=pooled is not None)
+
+    def launch(work, counts, ids, list_batch_stride, tiles_per_block):
+        _ws_block_sparse_kernel[(work.shape[0] // (1 if shared else 2), B)](
+            Q=q, O=out, **descriptors, WORK=work, COUNTS=counts, IDS=ids, LOG2_LEN=log2_len, ROUTED_BITS=bits,
+            **strides(q=q, o=out), **layout_args, **shape_args,
+            n_work=work.shape[0], tiles_per_block=tiles_per_block, head_base=head_base,
+            list_batch_stride=list_batch_stride, list_stride=ids.shape[-1],
+            bits_batch_stride=items_per_batch, bits_stride=bits.shape[-1],
+            num_heads=H, group_heads=mask.num_heads, qk_scale_log2=scale * math.log2(math.e),
+            num_warps=4, maxnreg=KERNEL_MAXNREG,
+        )
+
+    if shared:  # PSA: a program per 128-row query tile, its block's list
+        lists = id_lists(mask, block_m)
+        launch(lists.work, mask.counts, lists.ids, items_per_batch, lists.tiles_per_block)
+        return out
+    # Sol: a program per pair of query blocks, their stream.
+    streams = pair_streams(mask)
+    per_head = launch_per_head(q.device, L * D * (k.element_size() + v.element_size()))
+    for part in streams.per_head(mask.num_heads) if per_head else (streams,):
+        launch(part.work, part.counts, part.entries, part.batch_stride, 1)
+    return out

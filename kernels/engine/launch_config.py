@@ -1,0 +1,114 @@
+"""Launch configurations of the engine kernel, one row per GPU architecture.
+
+Triton launches fail when a kernel asks for more shared memory per block than the GPU has
+(sm_86/89/120: 99 KB; sm_80: 163 KB; sm_90/100: 227 KB), so the software-pipelining depth and
+the key sub-tile are chosen per architecture, and TMA boxes only where the copy engine exists
+(capability 9 and later). ``tools/compile_kernels.py`` compiles every launch the pack makes
+with each row below for its architecture and fails if one does not fit; the shared memory
+each launch asked for is in the table of README's "GPU support".
+
+The configuration of a device is chosen once, logged once with its reason
+(``describe``), and shown in the run summary of the ComfyUI nodes. A benchmark forces another
+architecture's row with ``config=config_for_capability((8, 6))`` to time it where it runs.
+"""
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass, replace
+
+import torch
+
+from .._device import triton_interpreting
+
+log = logging.getLogger("sparse_video_attention.kernels")
+
+__all__ = ["LaunchConfig", "config_for_capability", "config_for_device", "ARCHITECTURES"]
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """How the engine kernel is launched on one architecture.
+
+    ``tma``: grid blocks through TMA boxes (else the pointer loop); ``warp_specialized``: the
+    Hopper loop of ``hopper_loop`` (a TMA producer warp, two consumer warpgroups) wherever a
+    call allows it; ``num_stages``: the ring's slots there (as many as fit, at most this), else the
+    software-pipelining depth of the key loop; ``sol_warps``/``psa_warps``: warps per program
+    (Sol: 64-row query tiles, PSA: up to 128-row tiles); ``psa_block_n``: PSA key rows per
+    inner step of the pointer loop; ``pool_chunk``: pooled blocks per step of Sol's pooled
+    term; ``reason``: why, in a sentence (logged).
+    """
+
+    name: str
+    capability: tuple
+    tma: bool
+    num_stages: int
+    sol_warps: int
+    psa_warps: int
+    psa_block_n: int
+    reason: str
+    pool_chunk: int = 64
+    warp_specialized: bool = False
+
+    def describe(self) -> str:
+        loop = "warp-specialised TMA loop" if self.warp_specialized else "TMA boxes" if self.tma else "pointer loop"
+        return (f"{self.name} (sm_{self.capability[0]}{self.capability[1]}): "
+                f"{loop}, {self.num_stages} stages, "
+                f"Sol {self.sol_warps} warps, PSA {self.psa_warps} warps / {self.psa_block_n}-row key steps; "
+                f"{self.reason}")
+
+
+# capability -> configuration. Shared memory per launch (bytes, Triton 3.8 and 3.6) is printed
+# by tools/compile_kernels.py.
+ARCHITECTURES = {
+    (8, 0): LaunchConfig("A100", (8, 0), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
+                         reason="no TMA before Hopper; 163 KB of shared memory hold 3 stages"),
+    (8, 6): LaunchConfig("RTX 30", (8, 6), tma=False, num_stages=2, sol_warps=4, psa_warps=8, psa_block_n=64,
+                         reason="no TMA before Hopper; 99 KB of shared memory: 2 stages, 64-row PSA key steps"),
+    (8, 9): LaunchConfig("RTX 40", (8, 9), tma=False, num_stages=2, sol_warps=4, psa_warps=8, psa_block_n=64,
+                         reason="no TMA before Hopper; 99 KB of shared memory: 2 stages, 64-row PSA key steps"),
+    (9, 0): LaunchConfig("H100/H200", (9, 0), tma=True, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
+                         warp_specialized=True,
+                         reason="warp-specialised TMA loop (hopper_loop); else TMA boxes, 227 KB of shared memory "
+                                "hold 3 stages (measured best on the H200)"),
+    (10, 0): LaunchConfig("B200", (10, 0), tma=True, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
+                          reason="TMA boxes; 227 KB of shared memory as on Hopper"),
+    (12, 0): LaunchConfig("RTX 50", (12, 0), tma=False, num_stages=2, sol_warps=4, psa_warps=8, psa_block_n=64,
+                          reason="99 KB of shared memory: 2 stages, 64-row PSA key steps; the pointer loop, since "
+                                 "PSA's 128-row TMA boxes spill 656-704 bytes per thread there (Triton 3.6)"),
+}
+
+
+def config_for_capability(capability) -> LaunchConfig:
+    """The row for a compute capability: its own, else the nearest older one of the same
+    family (sm_87 → sm_86, sm_103 → sm_100, sm_121 → sm_120), else the nearest older known."""
+    cap = tuple(int(x) for x in capability)
+    if cap in ARCHITECTURES:
+        return ARCHITECTURES[cap]
+    older = [c for c in ARCHITECTURES if c <= cap]
+    if not older:
+        raise ValueError(f"compute capability {cap} is older than the oldest supported (sm_80)")
+    same_major = [c for c in older if c[0] == cap[0]]
+    base = ARCHITECTURES[max(same_major or older)]
+    return replace(base, name=f"{base.name}-like", capability=cap,
+                   reason=f"no row for sm_{cap[0]}{cap[1]}: using sm_{base.capability[0]}{base.capability[1]}'s "
+                          f"({base.reason})")
+
+
+@functools.lru_cache(maxsize=16)
+def _logged_config(capability) -> LaunchConfig:
+    config = config_for_capability(capability)
+    log.info("[sparse-video-attention] kernel configuration %s", config.describe())
+    return config
+
+
+def config_for_device(device) -> LaunchConfig:
+    """The configuration of a CUDA device (logged once per architecture). Under Triton's CPU
+    interpreter: the Hopper row with its TMA boxes (the interpreter runs them too, but not the
+    warp-specialised Gluon loop: ``hopper_loop.ws_supported`` says no there)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        if triton_interpreting():
+            return ARCHITECTURES[(9, 0)]
+        raise ValueError(f"the Triton kernels need a CUDA device, got {device}")
+    return _logged_config(torch.cuda.get_device_capability(device))

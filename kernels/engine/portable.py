@@ -1,0 +1,147 @@
+"""The portable engine kernel: a query tile visits the key blocks its id lists name.
+
+A program owns one query tile (``block_m`` rows of one block of the ``BlockLayout``, read in
+place through the slot map) and folds, in one online softmax (``tile_loop``):
+
+1. Sol-Attn only (``pooled``): every key block the mask does not visit, as one pooled column
+   (``attend_pooled_blocks``); this partial state seeds the exact loop;
+2. the listed grid blocks, exactly: TMA boxes on Hopper and later, the pointer loop before;
+3. the listed extra (text) blocks, exactly, through the pointer loop.
+
+The output is written in place, in the caller's token order. Programs run in the lists' work
+order (axis 0) for every batch entry (axis 1). A ``head_base`` lets one call cover a group of
+heads (Sol runs its heads in groups to bound its scratch memory, see ``sol``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from .._device import device_guard
+from .._triton_common import dot_dtype_for, head_offset
+from ..block_mask import BlockMask, PooledBlocks
+from .id_lists import id_lists
+from .launch_args import grid_geometry, strides
+from .launch_config import LaunchConfig
+from .tile_loop import (
+    NEG_BIG,
+    attend_gathered_blocks,
+    attend_pooled_blocks,
+    attend_tma_boxes,
+    grid_descriptors,
+    row_offset_dtype,
+    tma_box_origin,
+)
+
+
+@triton.jit
+def _block_sparse_kernel(
+    Q, K, V, O, K_DESC, V_DESC,
+    WORK, COUNTS, IDS, ROW_MAP,
+    K_POOL, V_POOL, LOG2_LEN, ROUTED_BITS,
+    stride_qb, stride_qn, stride_qh,
+    stride_kb, stride_kn, stride_kh,
+    stride_vb, stride_vn, stride_vh,
+    stride_ob, stride_on, stride_oh,
+    num_heads, head_base, group_heads, num_blocks, tiles_per_block,
+    list_batch_stride, list_stride, bits_stride,
+    qk_scale_log2, tokens_t, tokens_h, tokens_w,
+    GRID_HW: tl.constexpr, GRID_W: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
+    TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
+    TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
+    GRID_PADDED: tl.constexpr, POOLED: tl.constexpr, POOL_CHUNK: tl.constexpr,
+):
+    work = tl.load(WORK + tl.program_id(0))
+    hq = work // tiles_per_block
+    q_tile = work % tiles_per_block
+    b = tl.program_id(1)
+    qblk = hq % num_blocks
+    h = head_base + hq // num_blocks
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    local = q_tile * BLOCK_M + offs_m
+    rows = tl.load(ROW_MAP + qblk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
+    row_ok = rows >= 0
+    rows = tl.maximum(rows, 0).to(OFFSET_DTYPE)
+    q = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows[:, None] * stride_qn + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
+    k_base = K + head_offset(b, h, stride_kb, stride_kh)
+    v_base = V + head_offset(b, h, stride_vb, stride_vh)
+    list_row = b.to(tl.int64) * list_batch_stride + hq
+    n_grid = tl.load(COUNTS + list_row * 2)
+    n_extra = tl.load(COUNTS + list_row * 2 + 1)
+    ids = IDS + list_row * list_stride
+    if POOLED:
+        pool_off = (b.to(tl.int64) * group_heads + hq // num_blocks) * num_blocks * HEAD_DIM
+        acc, l_i, m_i = attend_pooled_blocks(
+            acc, l_i, m_i, q, K_POOL + pool_off, V_POOL + pool_off, LOG2_LEN,
+            ROUTED_BITS + list_row * bits_stride, num_blocks, qk_scale_log2, HEAD_DIM, POOL_CHUNK, DOT_DTYPE)
+    if TMA:
+        k_b, k_col = tma_box_origin(b, h, num_heads, HEAD_DIM, K_HEADS_IN_COLUMNS)
+        v_b, v_col = tma_box_origin(b, h, num_heads, HEAD_DIM, V_HEADS_IN_COLUMNS)
+        acc, l_i, m_i = attend_tma_boxes(
+            acc, l_i, m_i, q, K_DESC, V_DESC, k_b, k_col, v_b, v_col,
+            ids, n_grid, GRID_HW, GRID_W, tokens_t, tokens_h, tokens_w,
+            qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE, GRID_PADDED)
+    else:
+        acc, l_i, m_i = attend_gathered_blocks(
+            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, ids, n_grid, ROW_MAP, qk_scale_log2,
+            BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, GRID_PADDED)
+    acc, l_i, m_i = attend_gathered_blocks(
+        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, ids + n_grid, n_extra, ROW_MAP, qk_scale_log2,
+        BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, True)
+    # A row with no term at all (Sol without its pooled term, nothing picked) is zero, unless
+    # its query is NaN: NaN in, NaN out.
+    empty = l_i == 0
+    out = acc / tl.where(empty, 1.0, l_i)[:, None]
+    q_nan = tl.max((q != q).to(tl.int32), 1) > 0
+    out = tl.where((empty & q_nan)[:, None], float("nan"), out)
+    tl.store(O + head_offset(b, h, stride_ob, stride_oh) + rows[:, None] * stride_on + offs_d[None, :],
+             out.to(O.dtype.element_ty), mask=row_ok[:, None])
+
+
+def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Tensor, head_base: int,
+                       pooled: PooledBlocks | None, config: LaunchConfig, block_m: int,
+                       sub_frames: int | None) -> torch.Tensor:
+    """``engine.block_sparse_attention`` with the portable kernel: the mask lowered to id lists
+    of ``block_m``-row tiles; TMA boxes of ``sub_frames`` frames where given."""
+    lay = mask.layout
+    B, L, H, D = q.shape
+    lists = id_lists(mask, block_m)
+    bt = lay.block_tokens
+    descs = grid_descriptors((k, v), lay.grid, (sub_frames, lay.tile[1], lay.tile[2])) if sub_frames else None
+    k_desc, v_desc = descs[0] if descs else (k, v)
+    block_n = min(config.psa_block_n, max(16, triton.next_power_of_2(bt)))
+    batch_shared = mask.counts.shape[0] == 1
+    pool = pooled if pooled is not None else PooledBlocks(k, v, lay.lengths)  # unused tensors when not pooled
+    bits = mask.bits if pooled is not None else mask.counts
+    with device_guard(q):
+        _block_sparse_kernel[(lists.work.shape[0], B)](
+            Q=q, K=k, V=v, O=out, K_DESC=k_desc, V_DESC=v_desc,
+            WORK=lists.work, COUNTS=mask.counts, IDS=lists.ids, ROW_MAP=lay.row_map,
+            K_POOL=pool.k_mean, V_POOL=pool.v_mean, LOG2_LEN=pool.log2_len, ROUTED_BITS=bits,
+            **strides(q=q, k=k, v=v, o=out),
+            num_heads=H, head_base=head_base, group_heads=mask.num_heads, num_blocks=lay.n_blocks,
+            tiles_per_block=lists.tiles_per_block,
+            list_batch_stride=0 if batch_shared else mask.num_heads * lay.n_blocks,
+            list_stride=lists.ids.shape[-1], bits_stride=bits.shape[-1],
+            qk_scale_log2=scale * math.log2(math.e),
+            **grid_geometry(lay),
+            HEAD_DIM=D, BLOCK_TOKENS=bt, BLOCK_M=block_m, BLOCK_N=block_n,
+            DOT_DTYPE=dot_dtype_for(q.dtype), OFFSET_DTYPE=row_offset_dtype(L, q, k, v, out),
+            TMA=descs is not None, K_HEADS_IN_COLUMNS=bool(descs and descs[1][0]),
+            V_HEADS_IN_COLUMNS=bool(descs and descs[1][1]), SUB_T=sub_frames or 1,
+            GRID_PADDED=lay.padded or bt % block_n != 0, POOLED=pooled is not None,
+            POOL_CHUNK=config.pool_chunk,
+            num_warps=config.psa_warps if block_m > 64 else config.sol_warps,
+            num_stages=config.num_stages,
+        )
+    return out

@@ -1,0 +1,228 @@
+"""The online-softmax loops of the portable engine kernel (``engine.portable``).
+
+A resident query tile visits a list of key blocks (``block_mask.BlockLayout`` blocks, read in
+place). Three loops fold into one online-softmax state, running max ``m_i`` (log2 domain),
+running sum ``l_i`` and accumulator ``acc``:
+
+- :func:`attend_tma_boxes` (Hopper and later): grid blocks fetched as boxes of a 5D TMA
+  descriptor over the token grid, no per-element address arithmetic. Rows of a tile cut by
+  the grid's 3D padding come back as zeros and get a score of -inf from the box coordinates.
+- :func:`attend_gathered_blocks`: the portable pointer loop; rows come through the slot →
+  token map, padding slots (map -1) read row 0 and get a score of -inf. Extra (text) blocks
+  always run here.
+- :func:`attend_pooled_blocks`: Sol-Attn's correction. Every key block that is not visited
+  exactly enters as one column, its pooled key K̄_j and mean value V̄_j, with logit
+  s·q·K̄_j + log(len_j): exp(s·q·K̄_j)·len_j in the denominator and the same times V̄_j in the
+  numerator (len_j·V̄_j is the block's value sum, which as a float16 operand would overflow).
+
+Masking is an additive bias on the scaled scores (0 or -inf), one fused multiply-add per
+element, so a padded tile costs no more than a full one. ``m_i`` starts at a large finite
+negative number rather than -inf, so a tile whose entries are all -inf leaves the state
+unchanged instead of producing NaN; a NaN score propagates into ``l_i`` and ``acc`` (NaN in,
+NaN out, as in dense attention).
+"""
+import torch
+import triton
+import triton.language as tl
+
+
+# Finite stand-in for -inf in the running max; see the module docstring.
+NEG_BIG = tl.constexpr(-1.0e30)
+
+
+@triton.jit
+def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
+    """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D) into the state."""
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    # The rescaled accumulator goes into the MMA as its C operand: no separate add.
+    acc = tl.dot(p.to(P_DTYPE), v.to(P_DTYPE), acc * alpha[:, None])
+    return acc, l_i, m_new
+
+
+@triton.jit
+def next_block_id(block_ids, blk_next, t, n_steps, SUB: tl.constexpr):
+    """Block of loop step ``t`` (``blk_next``, fetched one step earlier) and the block of step
+    t + 1. Fetching the id in the step that uses it put its load latency in front of every
+    pipelined K/V copy: with every block visited the loop ran at 60 % of cuDNN, with the id
+    one step ahead at 80 % (H200)."""
+    # Ids may be stored in 16 bits; row arithmetic on them must not be.
+    nxt = tl.load(block_ids + (t + 1) // SUB, mask=t + 1 < n_steps, other=0).to(tl.int32)
+    return blk_next, nxt
+
+
+@triton.jit
+def attend_gathered_blocks(
+    acc, l_i, m_i, q,
+    k_base, v_base, stride_kn, stride_vn, block_ids, count, row_map, qk_scale_log2,
+    BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, PADDED: tl.constexpr,
+):
+    """Visit ``count`` key blocks listed at ``block_ids``, each in ceil(BLOCK_TOKENS / BLOCK_N)
+    sub-tiles of BLOCK_N slots whose rows come from ``row_map`` (slot → token, -1 = padding).
+
+    ``k_base``/``v_base`` point at row 0 of this (batch, head); K and V rows have their own
+    strides (a v that is a view of a fused qkv, say). PADDED: some listed block has padding
+    slots or the tile is cut by BLOCK_N (their scores become -inf). OFFSET_DTYPE is int32
+    whenever every row offset of one (batch, head) fits (the host checks), since 64-bit address
+    arithmetic on every tile element costs twice the instructions.
+    """
+    SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
+    for t in range(0, count * SUB):
+        blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
+        local = (t % SUB) * BLOCK_N + offs_n
+        if PADDED:
+            rows = tl.load(row_map + blk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
+            bias = tl.where(rows >= 0, 0.0, float("-inf"))
+            rows = tl.maximum(rows, 0)
+        else:
+            rows = tl.load(row_map + blk * BLOCK_TOKENS + local)
+        k = tl.load(k_base + rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :])
+        v = tl.load(v_base + rows[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :])
+        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
+        if PADDED:
+            s = s + bias[None, :]
+        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attend_tma_boxes(
+    acc, l_i, m_i, q,
+    k_desc, v_desc, k_b, k_col, v_b, v_col,
+    block_ids, count, GRID_HW: tl.constexpr, GRID_W: tl.constexpr, tokens_t, tokens_h, tokens_w,
+    qk_scale_log2,
+    TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
+    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, PADDED: tl.constexpr,
+):
+    """The key loop with K/V tiles fetched by the tensor memory accelerator (Hopper).
+
+    Key blocks are 3D tiles (TILE_T, TILE_H, TILE_W) of the token grid seen through a 5D
+    descriptor (batch-or-batch·head, T, H, W, columns); each is walked in boxes of SUB_T
+    frames, BLOCK_N = SUB_T·TILE_H·TILE_W rows. Row-major blocks are the case grid (L, 1, 1),
+    tile (64, 1, 1). K and V each have their own (first, last) box coordinates: their layouts
+    may differ. PADDED: the grid has tiles sticking out of (tokens_t, tokens_h, tokens_w); the
+    copy engine fills the outside rows with zeros and their scores become -inf here, from the
+    box coordinates alone.
+    """
+    SUB: tl.constexpr = TILE_T // SUB_T
+    BLOCK_N: tl.constexpr = SUB_T * TILE_H * TILE_W
+    if PADDED:
+        # (frame, row, column) of every row of a box, relative to its corner.
+        box_row = tl.arange(0, BLOCK_N)
+        box_t = box_row // (TILE_H * TILE_W)
+        box_h = (box_row // TILE_W) % TILE_H
+        box_w = box_row % TILE_W
+    blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
+    for t in range(0, count * SUB):
+        blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
+        tb = blk // GRID_HW
+        hb = (blk % GRID_HW) // GRID_W
+        wb = blk % GRID_W
+        t0 = tb * TILE_T + (t % SUB) * SUB_T
+        k = k_desc.load([k_b, t0, hb * TILE_H, wb * TILE_W, k_col]).reshape(BLOCK_N, HEAD_DIM)
+        v = v_desc.load([v_b, t0, hb * TILE_H, wb * TILE_W, v_col]).reshape(BLOCK_N, HEAD_DIM)
+        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
+        if PADDED:
+            inside = ((t0 + box_t < tokens_t) & (hb * TILE_H + box_h < tokens_h)
+                      & (wb * TILE_W + box_w < tokens_w))
+            s = s + tl.where(inside, 0.0, float("-inf"))[None, :]
+        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attend_pooled_blocks(
+    acc, l_i, m_i, q,
+    k_pool, v_pool, log2_len, routed_bits, num_blocks, qk_scale_log2,
+    HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, DOT_DTYPE: tl.constexpr,
+):
+    """Sol-Attn's pooled term: every key block whose bit in ``routed_bits`` (bit j % 64 of word
+    j // 64) is clear enters as one column (``k_pool``/``v_pool``: this (batch, head)'s (NB, D)
+    pooled keys and mean values; ``log2_len``: log2 of the blocks' lengths), CHUNK blocks a step."""
+    offs_c = tl.arange(0, CHUNK)
+    offs_d = tl.arange(0, HEAD_DIM)
+    for c0 in range(0, num_blocks, CHUNK):
+        cols = c0 + offs_c
+        col_ok = cols < num_blocks
+        kp = tl.load(k_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        vp = tl.load(v_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        words = tl.load(routed_bits + cols // 64, mask=col_ok, other=0)
+        routed = ((words >> (cols % 64).to(tl.int64)) & 1) != 0
+        bias = tl.load(log2_len + cols, mask=col_ok & (routed == 0), other=float("-inf"))
+        s = tl.dot(q, tl.trans(kp.to(DOT_DTYPE))) * qk_scale_log2 + bias[None, :]
+        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, vp, DOT_DTYPE)
+    return acc, l_i, m_i
+
+
+@triton.jit
+def tma_box_origin(b, h, num_heads, HEAD_DIM: tl.constexpr, HEADS_IN_COLUMNS: tl.constexpr):
+    """(first, last) box coordinates of (batch b, head h) in a ``grid_descriptors`` view."""
+    if HEADS_IN_COLUMNS:
+        return b, h * HEAD_DIM
+    return b * num_heads + h, 0
+
+
+def tma_views(x: torch.Tensor, grid):
+    """How TMA sees a (B, L, heads, D) tensor: (grid view, sequence view, heads_in_columns), each
+    view a (shape, strides) pair, or None when its memory layout does not allow it.
+
+    Two layouts qualify: heads and head dim contiguous ((B, L, heads·D) as Wan and LTX hand it
+    over): grid (B, T, H, W, heads·D), sequence (B, L, heads·D), coordinates (b, …, h·D); or
+    heads first ((B, heads, L, D) as HunyuanVideo): grid (B·heads, T, H, W, D), sequence
+    (B·heads, L, D), coordinates (b·heads + h, …, 0). The grid view covers the first T·H·W
+    tokens.
+    """
+    T, H, W = grid
+    B, L, nh, D = x.shape
+    sb, sl, sh, sd = x.stride()
+    if sd != 1 or x.data_ptr() % 16 or (sl * x.element_size()) % 16:
+        return None
+    if sh == D:
+        views = ([B, T, H, W, nh * D], [sb, H * W * sl, W * sl, sl, 1]), ([B, L, nh * D], [sb, sl, 1])
+        heads_in_columns = True
+    elif sl == D and sb == nh * sh:
+        views = ([B * nh, T, H, W, D], [sh, H * W * sl, W * sl, sl, 1]), ([B * nh, L, D], [sh, sl, 1])
+        heads_in_columns = False
+    else:
+        return None
+    if any((st * x.element_size()) % 16 for view in views for st in view[1][:-1]):
+        return None
+    return views[0], views[1], heads_in_columns
+
+
+def grid_descriptors(tensors, grid, sub_tile):
+    """5D TMA descriptors (``tma_views``' grid view) of (B, L, heads, D) tensors, boxes of
+    ``sub_tile`` = (frames, H, W): (descriptors, heads_in_columns per tensor), or None when the
+    memory layout of any tensor does not allow it (then the pointer loop runs)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    views = [tma_views(x, grid) for x in tensors]
+    if any(view is None for view in views):
+        return None
+    descs = [TensorDescriptor(x, shape=shape, strides=strides, block_shape=[1, *sub_tile, x.shape[3]])
+             for x, ((shape, strides), _, _) in zip(tensors, views)]
+    return descs, [view[2] for view in views]
+
+
+def tma_sub_frames(tile, max_rows: int = 128):
+    """Frames per TMA box for a tile (bt, bh, bw): the most frames f dividing bt such that
+    f·bh·bw is a power of two in [16, max_rows] (a dot operand), or None."""
+    bt, bh, bw = tile
+    for frames in range(bt, 0, -1):
+        rows = frames * bh * bw
+        if bt % frames == 0 and 16 <= rows <= max_rows and rows & (rows - 1) == 0:
+            return frames
+    return None
+
+
+def row_offset_dtype(rows: int, *tensors):
+    """int32 when ``rows`` rows of every tensor are addressable with 32-bit offsets from the
+    (batch, head) base pointer; the base offsets themselves are always 64-bit."""
+    reach = max(rows * t.stride(1) + t.shape[3] for t in tensors)
+    return tl.int32 if reach < 2**31 else tl.int64

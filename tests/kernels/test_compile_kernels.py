@@ -1,0 +1,207 @@
+"""Every kernel launch builds and fits on each GPU architecture users have — checked on the CPU.
+
+The interpreter that runs the kernels elsewhere in CI does not apply Triton's type rules,
+layouts or shared-memory limits; tools/compile_kernels.py compiles every launch configuration
+the pack makes, with each architecture's launch configuration (kernels/engine/launch_config.py), down
+to a cubin (Triton's bundled ptxas) without running it, and fails when one asks for more
+shared memory than its architecture has. It runs with the Triton CI installs and with 3.6
+(the Triton of torch 2.11, unpacked into .cache/ by `make triton36`).
+"""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # every kernel compiled for every architecture, in subprocesses
+
+ROOT = Path(__file__).resolve().parents[2]
+TRITON36 = ROOT / ".cache" / "triton-3.6.0"
+ARCHS = ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
+
+
+def compile_all(tmp_path, extra_path=None):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if extra_path:
+        env["PYTHONPATH"] = str(extra_path)
+    out, ptx = tmp_path / "compiled.json", tmp_path / "ptx.json"
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "compile_kernels.py"), "--arch", ",".join(ARCHS),
+                          "--json", str(out), "--ptx", str(ptx)],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-20000:] + run.stderr[-5000:]
+    table = json.loads(out.read_text())
+    check_ptx(table, json.loads(ptx.read_text()))
+    return table, run.stdout
+
+
+def check_ptx(table, ptx):
+    """--ptx holds every compiled launch, and the Hopper loop's hold its warpgroup MMAs."""
+    launches = ptx["launches"]
+    assert set(launches) == {f"{r['arch']} {r['kernel']} {r['case']}" for r in table["rows"]}
+    for key, counts in launches.items():
+        assert sum(counts.values()) > 100, key
+        if "_ws_block_sparse_kernel" in key:
+            assert any(i.startswith("wgmma.mma_async") for i in counts), key
+
+
+def check_table(table):
+    rows = table["rows"]
+    assert {r["arch"] for r in rows} == set(ARCHS)
+    assert all(r["fits"] and r["shared"] <= r["limit"] for r in rows), [r for r in rows if not r.get("fits")]
+    engine = [r for r in rows if r["kernel"] in ("_block_sparse_kernel", "_ws_block_sparse_kernel")]
+    # TMA boxes exactly where the copy engine exists and the configuration takes them; the
+    # warp-specialised loop on Hopper only, for every case it takes (30-token tiles make no box).
+    assert {r["arch"] for r in engine if r["tma"]} == {"sm_90", "sm_100"}
+    assert {r["arch"] for r in engine if r["warp_specialized"]} == {"sm_90"}
+    assert {r["case"] for r in engine if r["arch"] == "sm_90" and not r["warp_specialized"]} == {"psa 30-token tiles"}
+    # Sol's portable lowering (id lists from the bitmap) wherever the portable loop runs Sol.
+    assert {r["arch"] for r in rows if r["kernel"] == "_lists_from_bits_kernel"} == set(ARCHS) - {"sm_90"}
+    # HunyuanVideo's single blocks (k heads first, v a view of qkv) still take the TMA path there.
+    single = [r for r in engine if "single block" in r["case"] and r["arch"] in ("sm_90", "sm_100")]
+    assert len(single) == 2 and all(r["tma"] for r in single)
+    assert all(r["registers"] for r in rows)
+
+
+def test_every_launch_compiles_and_fits_every_architecture(tmp_path):
+    table, stdout = compile_all(tmp_path)
+    check_table(table)
+    assert f"{len(table['rows'])} launches compiled, 0 failed" in stdout
+
+
+@pytest.mark.skipif(not (TRITON36 / "triton").is_dir(), reason="Triton 3.6 not unpacked: run `make triton36`")
+def test_every_launch_compiles_and_fits_with_triton_3_6(tmp_path):
+    table, _ = compile_all(tmp_path, TRITON36)
+    assert table["triton"] == "3.6.0"
+    check_table(table)
+
+
+SPECIALIZATION_PROBE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import torch, triton, triton.language as tl
+from compile_kernels import CapturedLaunch, compile_call
+
+@triton.jit
+def copy_rows(src, dst, n_rows, row_stride, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    for r in range(n_rows):
+        tl.store(dst + r * row_stride + offs, tl.load(src + r * row_stride + offs))
+
+launch = CapturedLaunch(copy_rows)
+x = torch.zeros(64, 32)
+launch[(1,)](x, x, 1, 32, BLOCK=32)
+ttir = compile_call(launch.fn, *launch.calls.pop()).asm["ttir"]
+print("signature:", next(line for line in ttir.splitlines() if "tt.func" in line))
+"""
+
+
+def test_launches_are_compiled_with_the_jits_argument_specialisation(tmp_path):
+    """As on the device: a stride divisible by 16 carries tt.divisibility, a count of 1 is a
+    constant (not an argument). Without this, shared-memory sizes and the passes' input
+    differed from what the H200 compiles."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    probe = tmp_path / "probe.py"  # @triton.jit needs its source in a file
+    probe.write_text(SPECIALIZATION_PROBE)
+    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    signature = run.stdout.split("signature:", 1)[1]
+    assert "%row_stride: i32 {tt.divisibility = 16 : i32}" in signature, signature
+    assert "%n_rows" not in signature, signature
+
+
+PTX_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from compile_kernels import compare_instructions, ptx_instructions
+
+before = ptx_instructions("\n".join([
+    ".visible .entry k(", "{", "\t.reg .b32 %r<9>;", "$L__BB0_1:", "\tadd.s32 %r3, %r1, %r2; // a comment",
+    "\t.loc 1 12 4", "\tbra.uni $L__BB0_1;", "}", ".section\t.debug_info", "\t.b8 87 // DW_AT_call_column"]))
+renumbered = ptx_instructions("\n".join([
+    ".visible .entry k(", "{", "\t.reg .b32 %r<12>;", "$L__BB0_7:", "\tadd.s32 %r5, %r4, %r6;",
+    "\tbra.uni $L__BB0_7;", "}", ".section\t.debug_info", "\t.b8 90 // DW_AT_call_column"]))
+changed = ptx_instructions("\n".join([".visible .entry k(", "\tmul.lo.s32 %r5, %r4, %r6;", "\tbra.uni $L__BB0_7;"]))
+print(sorted(before.items()))
+print(before == renumbered)
+for line in compare_instructions({"a": before, "b": before}, {"a": renumbered, "b": changed, "c": changed}):
+    print(line)
+"""
+
+
+def test_ptx_instructions_ignore_renumbering_and_compare_launches(tmp_path):
+    """--ptx / --ptx-against: register numbers, labels, comments, .loc lines and debug sections
+    do not count, nor how many registers are declared; another instruction does, and a launch
+    the old file lacks is new."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    probe = tmp_path / "ptx_probe.py"
+    probe.write_text(PTX_PROBE)
+    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == ("[('.reg .b32 %r<n>;', 1), ('.visible .entry k(', 1), ('add.s32 %r, %r, %r;', 1), "
+                        "('bra.uni $L;', 1)]"), lines[0]
+    assert lines[1] == "True"
+    assert lines[2] == "same      a"
+    assert lines[3].startswith("differs   b: +1 / -2 instructions (+1 mul.lo.s32 %r, %r, %r;"), lines[3]
+    assert lines[4] == "new       c"
+
+
+def test_ptx_against_a_file_that_is_not_one_is_a_usage_error(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"rows": []}')
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "compile_kernels.py"), "--arch", "sm_90",
+                          "--ptx-against", str(bad)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 2 and "--ptx-against" in run.stderr and "not a --ptx file" in run.stderr, run.stderr
+
+
+TUPLE_OF_DESCRIPTORS = '''
+import sys
+sys.path.insert(0, {tools!r})
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+import compile_kernels
+
+
+@gluon.jit
+def copy_first(DESCS):
+    d = DESCS[0]
+    smem = gl.allocate_shared_memory(d.dtype, d.block_type.shape, d.layout)
+    bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    mbarrier.init(bar, count=1)
+    mbarrier.expect(bar, d.block_type.nbytes)
+    tma.async_copy_global_to_shared(d, [0, 0], bar, smem)
+    mbarrier.wait(bar, 0)
+
+
+x = torch.zeros(64, 64, dtype=torch.bfloat16)
+layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.bfloat16)
+descs = tuple(TensorDescriptor(x, [64, 64], [64, 1], [64, 64], layout) for _ in range(2))
+try:
+    compile_kernels.compile_call(copy_first, (descs,), {{}})
+except AssertionError:
+    print("launcher refused")
+else:
+    print("launcher accepted")
+'''
+
+
+@pytest.mark.skipif(not (TRITON36 / "triton").is_dir(), reason="Triton 3.6 not unpacked: run `make triton36`")
+def test_a_launch_its_launcher_refuses_fails_on_the_cpu(tmp_path):
+    """Triton 3.6 compiles a Gluon kernel that takes TMA descriptors in a tuple argument, but its
+    CUDA launcher refuses it when the kernel first runs; compile_call builds the
+    launcher's source too, so the CPU sees what the GPU would."""
+    script = tmp_path / "tuple_of_descriptors.py"
+    script.write_text(TUPLE_OF_DESCRIPTORS.format(tools=str(ROOT / "tools")))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(TRITON36)
+    run = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert run.stdout.strip().splitlines()[-1:] == ["launcher refused"], run.stdout[-3000:] + run.stderr[-3000:]

