@@ -13,6 +13,11 @@ Attention Patch" or "PSA Mask Search" output), holding the method strategy it ru
   (outside any torch.compile region), computes the token grid from the latent and the step
   index from the current sigma.
 
+A call the dispatcher keeps dense runs as it would without the patch (:meth:`SparseAttention.dense`):
+through an override installed before the patch, else through the attention the running module's
+checkpoint names (:mod:`.checkpoint_attention`, hooked for the run like the adapter's modules),
+else ComfyUI's own.
+
 The wrappers registered on the ModelPatcher are the module functions
 :func:`outer_sample_wrapper` and :func:`apply_model_wrapper`, not bound methods: they look the
 dispatcher up in the ``model_options`` of the run, under :data:`TRANSFORMER_OPTIONS_KEY`, the
@@ -30,6 +35,16 @@ APPLY_MODEL wrappers, which still run, record an ``optimized_attention_override`
 ``transformer_options`` that is not this dispatcher (a node placed after the patch installed
 its own), and the hooks count the video self-attention modules entered and the calls of theirs
 that reached the dispatcher.
+
+ComfyUI's own Model Sparse Attention node (``comfy_extras/nodes_sparse_attention.py``, after
+0.33) on the same model (:func:`core_sparse_node`): found at patch time (``patching.install``)
+and again before the first step of each run (OUTER_SAMPLE) and at each model evaluation
+(APPLY_MODEL), by its ``ON_PREPARE_STATE`` callback key or its override. It puts its override
+back on top at every step and hands the calls it declines to the one it found, so the order of
+the two nodes does not decide what runs. With ``beside_core_node`` "defer" (the default) the
+dispatcher hands every call of that run on untouched (reason ``core_sparse_node``); with
+"share" it runs the calls that node declines as it would without it. Warned once per patched
+model in the log and in every such run's summary (``report.RunLog.core_node``).
 """
 from __future__ import annotations
 
@@ -41,15 +56,42 @@ import torch
 from ._kernels import kernels
 from .adapters.base import register_hooks
 from .calls import read_call, unwrap_containers
+from .checkpoint_attention import CheckpointAttention
 from .config import PatchConfig, resolve_blocks
 from .policy import Dense, Forward, step_reason
-from .report import RunLog, RunStats, describe_override
+from .report import RunLog, RunStats, describe_override, is_core_sparse_override
 from .schedule import Schedule, locate
 
 log = logging.getLogger("sparse_video_attention")
 
 TRANSFORMER_OPTIONS_KEY = "sparse_video_attention"
 WRAPPER_KEY = "sparse_video_attention"
+# The key of the ON_PREPARE_STATE callback by which ComfyUI's own Model Sparse Attention node
+# puts its override back on top at every step (comfy_extras/nodes_sparse_attention.py).
+CORE_SPARSE_CALLBACK_KEY = "block_sparse_attention"
+
+
+def core_sparse_node(patcher, transformer_options) -> Optional[str]:
+    """How ComfyUI's own Model Sparse Attention node shows on a model, or None: its
+    ``ON_PREPARE_STATE`` callback under :data:`CORE_SPARSE_CALLBACK_KEY` on the ModelPatcher
+    ``patcher`` (which may be None), and its override in ``transformer_options``, on top or
+    below ours (the chain of our dispatchers' earlier overrides)."""
+    found = []
+    callbacks = getattr(patcher, "callbacks", None)
+    if isinstance(callbacks, dict):
+        import comfy.patcher_extension as pe
+        by_key = callbacks.get(pe.CallbacksMP.ON_PREPARE_STATE) or {}
+        if isinstance(by_key, dict) and by_key.get(CORE_SPARSE_CALLBACK_KEY):
+            found.append(f"its ON_PREPARE_STATE callback {CORE_SPARSE_CALLBACK_KEY!r}")
+    fn = transformer_options.get("optimized_attention_override") if transformer_options else None
+    seen = set()
+    while fn is not None and id(fn) not in seen:
+        seen.add(id(fn))
+        if is_core_sparse_override(fn):
+            found.append(f"its attention override {describe_override(fn)}")
+            break
+        fn = getattr(fn, "prev_override", None) if getattr(fn, "is_sparse_video_attention", False) else None
+    return " and ".join(found) or None
 
 
 def comfyui_version() -> str:
@@ -110,6 +152,8 @@ class SparseAttention:
         self.stats = RunStats()
         self.last_run: Optional[dict] = None
         self.schedule: Optional[Schedule] = None
+        self.core_node: Optional[str] = None   # ComfyUI's own sparse node, as found for this run
+        self.checkpoint_attention = CheckpointAttention()
         self._hooks = []
         self.stats.meta = self._meta()
 
@@ -158,6 +202,22 @@ class SparseAttention:
         if blocks is not None:
             meta["sol_blocks"] = blocks
 
+    def check_core_node(self, patcher, transformer_options) -> None:
+        """Look for ComfyUI's own sparse node (:func:`core_sparse_node`); once found, this run
+        (and the patched model's log, once) says what runs."""
+        if self.core_node is not None or torch.compiler.is_compiling():
+            return
+        found = core_sparse_node(patcher, transformer_options)
+        if found is not None:
+            self.core_node = found
+            self.log.core_node(self.stats, found, self.config.beside_core_node)
+
+    @property
+    def defers(self) -> bool:
+        """Whether this run hands every call on untouched (ComfyUI's sparse node found, and
+        ``beside_core_node`` is "defer")."""
+        return self.core_node is not None and self.config.beside_core_node == "defer"
+
     def _check_override(self, transformer_options):
         """Record the run's attention override when it is not this dispatcher."""
         current = transformer_options.get("optimized_attention_override") if transformer_options else None
@@ -192,7 +252,9 @@ class SparseAttention:
 
     def _install_hooks(self, dm):
         self._remove_hooks()
-        self._hooks = register_hooks(self.adapter, dm, self._enter, self._leave)
+        self._hooks = (register_hooks(self.adapter, dm, self._enter, self._leave)
+                       + self.checkpoint_attention.install(dm))
+        self.log.checkpoint_attention(self.stats, self.checkpoint_attention.describe())
         self.fwd.hooks_live = True
 
     def _remove_hooks(self):
@@ -216,6 +278,7 @@ class SparseAttention:
         self.stats = RunStats()
         self.stats.meta = self._meta()
         self.last_run = None
+        self.core_node = None
         if self.schedule is not None:
             sc = self.schedule
             self.stats.schedule = {"offset": sc.offset, "total_steps": sc.total_steps,
@@ -226,6 +289,7 @@ class SparseAttention:
                          "standard schedule; warm-up counts the %d steps of this sampler call",
                          len(sc.sigmas) - 1)
         options = getattr(guider, "model_options", None) or patcher.model_options
+        self.check_core_node(patcher, options.get("transformer_options"))
         self._check_override(options.get("transformer_options"))
         self._install_hooks(patcher.model.diffusion_model)
         try:
@@ -256,6 +320,7 @@ class SparseAttention:
             f.grid = None
             self.log.note(self.stats, "grid", f"cannot read the latent shape ({e})")
         f.step, f.total, f.step_reason = self._step_of(transformer_options)
+        self.check_core_node(getattr(executor.class_obj, "current_patcher", None), transformer_options)
         self._check_override(transformer_options)
         self.stats.forwards += 1
         if f.grid is not None:
@@ -286,9 +351,15 @@ class SparseAttention:
 
     # ------------------------------------------------------------------ the override
     def dense(self, func, args, kwargs):
-        """The call as it would run without the patch (through an earlier override)."""
+        """The call as it would run without the patch: through an earlier override, else
+        through the attention its module's checkpoint names (:mod:`.checkpoint_attention`),
+        else ComfyUI's."""
         if self.prev_override is not None:
             return self.prev_override(func, *args, **kwargs)
+        own = self.checkpoint_attention.dense_function()
+        if own is not None:
+            self.stats.count_checkpoint_attention()
+            return own(*args, **kwargs)
         return func(*args, **kwargs)
 
     def run_dense(self, func, args, kwargs, verdict: Dense, in_video: bool):
@@ -312,6 +383,8 @@ class SparseAttention:
         if live is not None:
             return live(func, *args, **kwargs)
         args = unwrap_containers(args)
+        if self.defers:
+            return self.run_dense(func, args, kwargs, Dense("core_sparse_node"), self._video_call_arrived())
         call = read_call(args, kwargs)
         if call is None:
             return self.dense(func, args, kwargs)

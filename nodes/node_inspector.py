@@ -16,7 +16,7 @@ run) and draws, with numpy only (:mod:`.draw`):
 - ``summary``: a short JSON of the run (ComfyUI version, calls sparse/dense by reason,
   densities per step and block, schedule, preset, search, and the warnings of a patch that did
   nothing or only part of its work: displaced, wholly or in part, by a later attention patch; no
-  sparse call).
+  sparse call; ComfyUI's own Model Sparse Attention node on the same model).
 """
 from __future__ import annotations
 
@@ -56,7 +56,8 @@ def summary_json(s: dict) -> dict:
     out["density_by_block"] = {str(b): _num(sum(v) / len(v)) for b, v in sorted(by_block.items(),
                                                                             key=lambda kv: kv[0])}
     out["calls_by_step"] = {k: {"sparse": v["sparse"], "dense": v["dense"]} for k, v in steps.items()}
-    for k in ("warnings", "override_displaced_by", "preset", "search", "notes"):
+    for k in ("warnings", "override_displaced_by", "core_sparse_node", "checkpoint_attention", "preset", "search",
+              "notes"):
         if s.get(k):
             out[k] = s[k]
     return out

@@ -4,7 +4,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ._kernels import kernels
-from .config import BACKENDS, ESTIMATORS, METHODS, PRESET_GRID_POLICIES, make_config
+from .config import BACKENDS, BESIDE_CORE, ESTIMATORS, METHODS, PRESET_GRID_POLICIES, make_config
 from .patching import patch_model
 
 PRESET_TYPE = "SPARSE_MASK_PRESET"
@@ -88,6 +88,17 @@ class SparseAttentionPatch(io.ComfyNode):
                                        "those calls stay dense with a warning naming both grids; "
                                        "rescale: stripe widths, offsets and strides are scaled "
                                        "to the new block grid (approximate, warned once)."),
+                # Last, so that saved workflows keep the order of the widgets before it.
+                io.Combo.Input("beside_core_node", options=list(BESIDE_CORE), default="defer",
+                               optional=True,
+                               tooltip="When ComfyUI's own 'Model Sparse Attention' node is on "
+                                       "the same model (in either order: it puts itself back on "
+                                       "top at every step and hands the calls it declines to the "
+                                       "attention before it). defer: this patch stands aside for "
+                                       "the run, so two sparse methods never mix (warned, counted "
+                                       "as core_sparse_node). share: this patch runs the video "
+                                       "self-attention calls ComfyUI's node declines (e.g. "
+                                       "LTX-Video's head dim 64). Without that node: no effect."),
             ],
             outputs=[io.Model.Output(tooltip="The patched model.")],
         )
@@ -96,9 +107,10 @@ class SparseAttentionPatch(io.ComfyNode):
     def execute(cls, model, method="sol_attn", beta=1.5, target_sparsity=0.0,
                 estimator="exact", warmup=0.2, final_dense=0.0, dense_blocks="0",
                 min_tokens=4096, sol_tile="auto", backend="auto", preset=None,
-                preset_grid="refuse") -> io.NodeOutput:
+                preset_grid="refuse", beside_core_node="defer") -> io.NodeOutput:
         config = make_config(method=method, beta=beta, target_sparsity=target_sparsity,
                              estimator=estimator, warmup=warmup, final_dense=final_dense,
                              dense_blocks=dense_blocks, min_tokens=min_tokens, sol_tile=sol_tile,
-                             backend=backend, preset_grid=preset_grid)
+                             backend=backend, preset_grid=preset_grid,
+                             beside_core_node=beside_core_node)
         return io.NodeOutput(patch_model(model, config, preset=preset))

@@ -5,7 +5,9 @@ override and the dispatcher in ``transformer_options``, one OUTER_SAMPLE and one
 wrapper under our key (module functions that find the dispatcher in the run's
 ``model_options``, so that a later clone of the patched model keeps working), and one
 ON_CLONE callback. No ComfyUI module is modified. Patching an already patched model replaces
-our earlier patch (its override is unwrapped to whatever was there before it).
+our earlier patch (its override is unwrapped to whatever was there before it). ComfyUI's own
+Model Sparse Attention node, applied before the patch, is warned about here already
+(``dispatch.core_sparse_node``).
 
 Every clone of a patched model gets a dispatcher of its own (its own run statistics): ComfyUI
 0.3.75 deep-copies ``model_options`` on ``clone()`` (the dispatcher's ``__deepcopy__`` makes
@@ -71,6 +73,7 @@ def install(model, state):
     m.add_wrapper_with_key(pe.WrappersMP.OUTER_SAMPLE, WRAPPER_KEY, outer_sample_wrapper)
     m.add_wrapper_with_key(pe.WrappersMP.APPLY_MODEL, WRAPPER_KEY, apply_model_wrapper)
     m.add_callback_with_key(pe.CallbacksMP.ON_CLONE, WRAPPER_KEY, on_clone)
+    state.check_core_node(m, to)   # ComfyUI's own sparse node applied before this patch
     return m
 
 

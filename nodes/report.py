@@ -19,7 +19,12 @@
     order);
   - ``no_sparse_calls``: a sparse method's run made no sparse call although the video
     self-attention modules ran (the warning says why: displaced, none of their calls reached
-    the override, or every call dense for the reasons counted).
+    the override, or every call dense for the reasons counted);
+  - ``core_sparse_node``: ComfyUI's own Model Sparse Attention node is on the model too
+    (``dispatch.core_sparse_node``). The warning says what runs (the patch stands aside with
+    ``beside_core_node`` "defer", or runs the calls that node declines with "share"), why the
+    order of the two nodes does not matter, and the fix; it replaces the displacement and
+    no-sparse-call warnings that node's override would otherwise raise.
 
 Achieved density: Sol-Attn reports the share of exactly computed key blocks per head (the
 kernel's statistics); PSA the share of kept video-token pairs of the preset's mask per head on
@@ -41,7 +46,7 @@ log = logging.getLogger("sparse_video_attention")
 # Reasons that mean "working as configured" are logged at INFO; the rest at WARNING.
 EXPECTED_REASONS = frozenset({"method_dense", "not_video_self_attention", "warmup", "final_dense",
                               "dense_block", "min_tokens", "low_precision", "search_evaluated",
-                              "search_step"})
+                              "search_step", "core_sparse_node"})
 
 REASON_TEXT = {
     "method_dense": "method is 'dense'",
@@ -72,6 +77,8 @@ REASON_TEXT = {
     "search_step": "step not chosen for the PSA mask search",
     "search_grid": "token grid or extra tokens differ from the first call of this search run",
     "search_error": "the PSA mask search raised an exception on this call",
+    "core_sparse_node": "ComfyUI's own Model Sparse Attention node is on this model and "
+                        "beside_core_node is 'defer': the patch stands aside for the run",
     "search_call_options": "the call passes its own softmax scale or asks for grouped-query "
                            "attention; the loss tables assume 1/√head dim and one key head per "
                            "query head",
@@ -87,6 +94,17 @@ PLACE_LAST = ("place the Sparse Attention Patch last, after ModelAttentionBacken
 _CORE_SPARSE_OVERRIDE = re.compile(r"(?:^|[./\\])comfy_extras[./\\]nodes_sparse_attention\.")
 ONE_SPARSE_NODE = ("use one sparse-attention node per model: ComfyUI's own Model Sparse Attention "
                    "node puts itself back on top at every step, so no order of the two helps")
+CORE_NODE_FIX = ("use one sparse-attention node per model: remove ComfyUI's Model Sparse Attention "
+                 "node or this patch (beside_core_node 'share' lets the patch run the calls "
+                 "ComfyUI's node declines, e.g. LTX-Video's head dim 64)")
+_CORE_NODE_RUNS = {
+    "defer": "ComfyUI's node runs its own sparse attention on the calls it takes and this patch "
+             "stands aside for the run (beside_core_node 'defer': every call it is handed runs "
+             "as without the patch, counted as core_sparse_node), so two sparse methods never mix",
+    "share": "ComfyUI's node runs its own sparse attention on the calls it takes (head dim 128, "
+             "long enough sequences, inside its steps) and this patch runs the calls it declines "
+             "(beside_core_node 'share'): two sparse methods in one run",
+}
 SETTINGS_FIX = ("see why in the run summary's dense_calls: lower min_tokens, warmup or "
                 "dense_blocks, or use a model, dtype and backend the kernels take")
 _WARNING_TEXT = {
@@ -95,12 +113,21 @@ _WARNING_TEXT = {
     "displaced_in_part": "this run's attention override is {detail}",
     "no_sparse_calls": "the run made no sparse attention call although the video self-attention "
                        "ran: {detail}",
+    "core_sparse_node": "ComfyUI's own Model Sparse Attention node is on this model too ({detail}). "
+                        "Node order does not matter: it puts its override back on top at every "
+                        "step and hands the calls it declines to the attention before it, this "
+                        "patch's included. What runs: {runs}",
 }
 
 
 def displacement_fix(displaced_by: str) -> str:
     """The fix a displacement warning names, for the override described by ``displaced_by``."""
     return ONE_SPARSE_NODE if _CORE_SPARSE_OVERRIDE.search(displaced_by) else PLACE_LAST
+
+
+def is_core_sparse_override(fn) -> bool:
+    """Whether ``fn`` is the attention override of ComfyUI's own Model Sparse Attention node."""
+    return fn is not None and bool(_CORE_SPARSE_OVERRIDE.search(describe_override(fn)))
 
 
 def describe_override(fn) -> str:
@@ -134,6 +161,10 @@ class RunStats:
         self.video_modules_unreached = 0  # entered modules none of whose calls reached it
         self.video_dense = defaultdict(int)  # reason -> those of them that ran dense
         self.displaced_by = None  # the override found in transformer_options instead of ours
+        self.core_node = None     # how ComfyUI's Model Sparse Attention node was found, or None
+        self.beside_core = None   # then: the patch's beside_core_node ("defer" / "share")
+        self.checkpoint_attention = None  # the modules naming their own attention (checkpoint_attention.describe)
+        self.checkpoint_attention_calls = 0  # dense calls run through it
         self.meta = {}           # method, family, sizes, preset (set by the dispatcher)
 
     def count(self, reason: Optional[str], step, block, density=None):
@@ -158,6 +189,11 @@ class RunStats:
         else:
             self.dense[reason] += 1
             self.per_step[step]["dense"] += 1
+
+    def count_checkpoint_attention(self):
+        """One dense call run through its module's own attention."""
+        if not torch.compiler.is_compiling():
+            self.checkpoint_attention_calls += 1
 
     def as_dict(self) -> dict:
         steps = {}
@@ -192,6 +228,10 @@ class RunStats:
                                      "calls_reached_override": self.video_calls,
                                      "modules_without_a_call": self.video_modules_unreached},
             "override_displaced_by": self.displaced_by,
+            "core_sparse_node": (None if self.core_node is None else
+                                 {"found": self.core_node, "beside_core_node": self.beside_core}),
+            "checkpoint_attention": (None if self.checkpoint_attention is None else
+                                     {**self.checkpoint_attention, "dense_calls": self.checkpoint_attention_calls}),
             "schedule": self.schedule,
             "compiled_calls_unseen": self.compiled_calls_unseen,
         }
@@ -218,19 +258,39 @@ class RunLog:
               f"(logged once)"
         (log.info if reason in EXPECTED_REASONS else log.warning)(msg)
 
-    def warn(self, stats: RunStats, guard: str, detail: str, fix: str = PLACE_LAST) -> None:
+    def warn(self, stats: RunStats, guard: str, detail: str, fix: str = PLACE_LAST, **more) -> None:
         """A silent-no-op guard fired: once per patched model in the log, and in the summary."""
-        msg = _WARNING_TEXT[guard].format(detail=detail) + f". Fix: {fix}."
+        msg = _WARNING_TEXT[guard].format(detail=detail, **more) + f". Fix: {fix}."
         stats.warnings.setdefault(guard, msg)
         if guard not in self._logged:
             self._logged.add(guard)
             log.warning("[sparse-video-attention] %s %s: %s (warned once)", self.family, self.method, msg)
 
+    def core_node(self, stats: RunStats, found: str, mode: str) -> None:
+        """The ``core_sparse_node`` guard: ComfyUI's own sparse node was ``found`` on the model;
+        the patch's ``beside_core_node`` is ``mode``."""
+        stats.core_node, stats.beside_core = found, mode
+        self.warn(stats, "core_sparse_node", found, CORE_NODE_FIX, runs=_CORE_NODE_RUNS[mode])
+
+    def checkpoint_attention(self, stats: RunStats, modules: Optional[dict]) -> None:
+        """The checkpoint names its own attention for some ``modules``
+        (``checkpoint_attention.describe``, or None): in the run's stats, and logged once."""
+        stats.checkpoint_attention = modules
+        if modules is None or "checkpoint_attention" in self._logged:
+            return
+        self._logged.add("checkpoint_attention")
+        log.info("[sparse-video-attention] %s: the checkpoint names its own attention for %d modules (%s); "
+                 "the calls the patch keeps dense run it, as without the patch (logged once)",
+                 self.family, modules["modules"], ", ".join(modules["functions"]))
+
     def check_displaced(self, stats: RunStats) -> None:
         """The ``displaced`` guards, after a model evaluation: another override is the run's,
         and the video self-attention ran without one call reaching the dispatcher, or with
-        some of its modules' calls run by that override alone."""
+        some of its modules' calls run by that override alone. ComfyUI's own sparse node, once
+        found, has its own warning (``core_sparse_node``)."""
         if stats.displaced_by is None or not stats.video_modules:
+            return
+        if stats.core_node is not None and _CORE_SPARSE_OVERRIDE.search(stats.displaced_by):
             return
         fix = displacement_fix(stats.displaced_by)
         if not stats.video_calls:
@@ -244,6 +304,8 @@ class RunLog:
         """The ``no_sparse_calls`` guard, at the end of a run of a sparse method."""
         if stats.sparse or not stats.video_modules or stats.compiled_calls_unseen:
             return
+        if stats.core_node is not None and (stats.beside_core == "defer" or not stats.video_calls):
+            return  # no sparse call by design, or ComfyUI's node took them all: core_sparse_node says it
         if stats.displaced_by is not None and not stats.video_calls:
             self.warn(stats, "no_sparse_calls", f"the run's attention override is {stats.displaced_by}",
                       displacement_fix(stats.displaced_by))

@@ -47,7 +47,7 @@ def test_nodes_registered_with_tooltips(comfy, pack):
     ids = [i.id for i in pack.node_patch.SparseAttentionPatch.define_schema().inputs]
     assert ids == ["model", "method", "beta", "target_sparsity", "estimator", "warmup",
                    "final_dense", "dense_blocks", "min_tokens", "sol_tile", "backend", "preset",
-                   "preset_grid"]
+                   "preset_grid", "beside_core_node"]   # new widgets last: saved workflows keep their order
 
 
 @pytest.mark.parametrize("widgets, words", [
