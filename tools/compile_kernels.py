@@ -151,8 +151,6 @@ PSA_CASES = [
     ("psa wan720p tile, bf16", (6, 16, 32), (3, 8, 16), 0, torch.bfloat16, 128, "blhd"),
     ("psa wan720p tile, padded grid", (6, 15, 32), (3, 8, 16), 0, torch.bfloat16, 128, "blhd"),
     ("psa wan720p tile, 5-row edge (edge cover)", (6, 13, 32), (3, 8, 16), 0, torch.bfloat16, 128, "blhd"),
-    ("psa wan720p tile, 4-row edge, cut frames and columns (edge cover)", (5, 12, 40), (3, 8, 16), 0,
-     torch.bfloat16, 128, "blhd"),
     ("psa hunyuan single block, text", (6, 16, 32), (3, 8, 16), 256, torch.bfloat16, 128, "single_block"),
     ("psa hunyuan768p tile, fp16 d64", (6, 16, 16), (6, 8, 8), 77, torch.float16, 64, "heads_first"),
     ("psa 30-token tiles", (4, 6, 10), (2, 3, 5), 0, torch.bfloat16, 128, "blhd"),
