@@ -4,7 +4,11 @@ Usage (on a CUDA machine; writes one JSON file with the command that made it):
     python benchmarks/bench_kernels.py --out out/kernels_h200.json
 
 ``--loops ws,tma`` times the block loops of Hopper side by side (``LOOPS``: the warp-specialised
-loop and the portable kernel with TMA boxes). Every speed is also reported as a ratio to cuDNN
+loop and the portable kernel with TMA boxes). ``--kitchen`` times comfy-kitchen's ``sol_attn``
+(the kernel of ComfyUI's own Model Sparse Attention node) beside each Sol row, on the same
+inputs: at the same β (its ``tau``) and at the τ whose error matches the pack's (``bench_kitchen``).
+comfy-kitchen is never a dependency of the pack: the package is put on ``PYTHONPATH`` for the
+benchmark only (docs/KERNELS.md says how). Every speed is also reported as a ratio to cuDNN
 SDPA timed in the same run. Correctness is
 checked first, on fresh random inputs, against the float32 reference, with the output
 memory poisoned (NaN) beforehand so unwritten elements show.
@@ -171,11 +175,12 @@ def sol_pieces(q, k, v, beta, grid, tile):
 
 
 def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), loops=("default",),
-              inputs=("gaussian",)):
+              inputs=("gaussian",), kitchen=None):
     """Per sequence, kind of inputs (``SOL_INPUTS``), tiling (``rowmajor``, ``auto`` or
     ``bt:bh:bw``) and density: the whole call, the engine fed
     the same mask (the "lists" baseline), the routing alone, memory, and fidelity against
-    cuDNN on these inputs; once per block loop of ``loops`` (``LOOPS``)."""
+    cuDNN on these inputs; once per block loop of ``loops`` (``LOOPS``). With ``kitchen``
+    (comfy-kitchen's ``sol_attn``), each row also gets ``bench_kitchen``'s timings."""
     for L, kind in itertools.product(seqs, inputs):
         grid = SOL_SHAPES.get(L)
         if kind == "video":
@@ -229,6 +234,14 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                            rel_l2_vs_dense=rel_l2(out, ref), row_cosine_vs_dense=row_cosine(out, ref),
                            first_call_s=first_call_s, peak_extra_mb_sol=mem_sol, peak_extra_mb_cudnn=mem_dense,
                            memory_over_dense=(mem_sol - mem_dense) / mem_dense)
+                if kitchen is not None:
+                    row["kitchen"] = bench_kitchen(kitchen, q, k, v, ref, t_dense, beta, row["rel_l2_vs_dense"],
+                                                   rep_ms)
+                    kit = row["kitchen"]
+                    print(f"  comfy-kitchen sol_attn tau={beta:.3f}: {kit['same_beta']['speedup']:.2f}x rel_l2 "
+                          f"{kit['same_beta']['rel_l2_vs_dense']:.4f}; equal error tau="
+                          f"{kit['equal_error']['tau']:.3f}: {kit['equal_error']['speedup']:.2f}x rel_l2 "
+                          f"{kit['equal_error']['rel_l2_vs_dense']:.4f}", flush=True)
                 results["sol"].append(row)
                 save(results)
                 print(f"  {loop} {tiling} tile={row['tile']} ρ={rho:.2f} density={density:.3f} sol {t_sol:.2f} ms "
@@ -238,6 +251,55 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                       f"ideal {t_dense / t_ideal:.2f}x rel_l2 {row['rel_l2_vs_dense']:.3f} "
                       f"mem +{mem_sol:.0f}MB vs +{mem_dense:.0f}MB first {first_call_s:.1f}s", flush=True)
                 del out
+
+
+def kitchen_version():
+    import importlib.metadata
+    import comfy_kitchen
+    try:
+        return importlib.metadata.version("comfy-kitchen")
+    except importlib.metadata.PackageNotFoundError:   # unpacked on PYTHONPATH without its dist-info
+        return getattr(comfy_kitchen, "__version__", "unknown")
+
+
+def kitchen_sol_attn():
+    """comfy-kitchen's ``sol_attn``, or the reason it cannot run here."""
+    try:
+        import comfy_kitchen
+    except Exception as exc:
+        return None, f"comfy_kitchen is not importable ({type(exc).__name__}: {exc})"
+    if not torch.cuda.is_available() or not comfy_kitchen.sol_attn_is_available(torch.device("cuda")):
+        return None, "comfy_kitchen.sol_attn is not available on this device"
+    return comfy_kitchen.sol_attn, None
+
+
+def bench_kitchen(sol_attn, q, k, v, ref, t_dense, beta, pack_rel_l2, rep_ms, steps=12):
+    """comfy-kitchen's ``sol_attn`` on the pack's inputs: at ``tau`` = ``beta`` (the same
+    threshold rule, τ = μ + βσ on its row-major 64-token blocks) and at the largest τ whose
+    rel-L2 against cuDNN is at most the pack's (``pack_rel_l2``), found by bisection on
+    [-1, beta] (error grows with τ)."""
+    q, k, v = (x.contiguous() for x in (q, k, v))
+
+    def measure(tau):
+        out = sol_attn(q, k, v, tau=tau)
+        err = rel_l2(out, ref)
+        del out
+        return err
+
+    def timed(tau):
+        ms = bench_ms(lambda: sol_attn(q, k, v, tau=tau), rep_ms)
+        return dict(tau=tau, rel_l2_vs_dense=measure(tau), ms=ms, speedup=t_dense / ms)
+
+    same = timed(beta)
+    lo, hi = -1.0, beta
+    if measure(lo) > pack_rel_l2:
+        equal = dict(timed(lo), note=f"no tau in [-1, {beta:.3f}] reaches the pack's rel-L2")
+    else:
+        for _ in range(steps):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if measure(mid) <= pack_rel_l2 else (lo, mid)
+        equal = timed(lo)
+    return dict(same_beta=same, equal_error=equal, pack_rel_l2_vs_dense=pack_rel_l2)
 
 
 def bench_arch_configs(results, H, D, rep_ms, archs):
@@ -451,6 +513,8 @@ def main(argv=None):
     ap.add_argument("--pool-chunks", default="", help="also time Sol's pooled term with these chunks, e.g. 128")
     ap.add_argument("--archs", default="", help="architecture configurations to force and time, e.g. 8.0,8.6,9.0")
     ap.add_argument("--ceiling", action="store_true", help="also time the kernels with every block visited")
+    ap.add_argument("--kitchen", action="store_true",
+                    help="also time comfy-kitchen's sol_attn beside each Sol row (comfy_kitchen on PYTHONPATH)")
     ap.add_argument("--loops", default="default",
                     help=f"block loops to time, comma separated: {', '.join(LOOPS)} (default: this GPU's)")
     args = ap.parse_args(argv)
@@ -465,10 +529,16 @@ def main(argv=None):
     sol_seqs = [int(x) for x in args.sol_seqs.split(",") if x]
     if "video" in sol_inputs and set(sol_seqs) - set(SOL_SHAPES):
         ap.error(f"--sol-inputs video needs a video grid: --sol-seqs from {sorted(SOL_SHAPES)}, got {args.sol_seqs}")
+    kitchen = None
+    if args.kitchen:
+        kitchen, why_not = kitchen_sol_attn()
+        if kitchen is None:
+            ap.error(f"--kitchen: {why_not}")
     global OUT_PATH, QKV_LAYOUT
     OUT_PATH, QKV_LAYOUT = args.out, args.layout
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
+                   comfy_kitchen=kitchen_version() if kitchen is not None else None,
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    python=platform.python_version(), layout=args.layout, checks=[], sol=[], psa=[], arch_configs=[])
     if not args.skip_checks:
@@ -481,7 +551,7 @@ def main(argv=None):
         bench_dense_ceiling(results, args.heads, args.head_dim, args.rep_ms, loops)
     bench_sol(results, sol_seqs, [float(x) for x in args.densities.split(",")],
               [t for t in args.tilings.split(",") if t], args.heads, args.head_dim, args.rep_ms,
-              [int(x) for x in args.pool_chunks.split(",") if x], loops, inputs=sol_inputs)
+              [int(x) for x in args.pool_chunks.split(",") if x], loops, inputs=sol_inputs, kitchen=kitchen)
     bench_psa(results, [x for x in args.psa_shapes.split(",") if x], [float(x) for x in args.psa_densities.split(",")],
               args.heads, args.head_dim, args.rep_ms, not args.no_flex, loops)
     save(results)

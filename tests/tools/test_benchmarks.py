@@ -38,6 +38,7 @@ BENCH = REPO / "benchmarks"
     (["--loops", "ws,bogus"], "--loops: unknown bogus; choose from default, ws, ws2, tma"),
     (["--sol-inputs", "noise"], "--sol-inputs: unknown noise; choose from gaussian, video"),
     (["--sol-inputs", "video", "--sol-seqs", "75600,4096"], "--sol-inputs video needs a video grid"),
+    (["--kitchen"], "--kitchen: comfy_kitchen"),
 ])
 def test_bench_kernels_refuses_what_it_cannot_run_before_it_needs_a_gpu(tmp_path, capsys, args, message):
     from benchmarks import bench_kernels
