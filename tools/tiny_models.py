@@ -76,7 +76,9 @@ def wan_seed(*, dim: int = 128, num_layers: int = 2, ffn_dim: int | None = None,
              out_dim: int = 16, i2v: bool = False) -> dict:
     """Wan 2.1 / 2.2 (patch 1x2x2). Detection reads dim from head.modulation (heads = dim // 128),
     out_dim from head.head, ffn_dim and the block count from blocks.N.ffn.0, in_dim from
-    patch_embedding; img_emb.proj.0.bias makes it i2v (CLIP image cross-attention)."""
+    patch_embedding; img_emb.proj.0.bias makes it i2v (CLIP image cross-attention). Wan 2.2
+    TI2V 5B: ``in_dim = out_dim = 48`` (its 48-channel latent), which detection makes
+    WAN22_T2V (model_base WAN22: an image goes in as the first latent frame, not as channels)."""
     sd = {"head.modulation": _meta(1, 2, dim), "head.head.weight": _meta(out_dim * 4, dim),
           "patch_embedding.weight": _meta(dim, in_dim, 1, 2, 2)}
     for i in range(num_layers):
@@ -92,12 +94,34 @@ def hunyuan_video_seed(*, hidden_size: int = 128, depth: int = 1, depth_single_b
     Detection reads hidden size and patch from img_in.proj (heads = hidden // 128), the block
     counts from double_blocks.N / single_blocks.N, text width from txt_in.input_embedder;
     vector_in.* and guidance_in.* switch on the pooled vector and the guidance embedding."""
+    sd = _hunyuan_video_blocks(hidden_size, depth, depth_single_blocks, in_channels, out_channels, (1, 2, 2),
+                               text_dim)
+    sd["vector_in.in_layer.weight"] = _meta(hidden_size, 768)
+    sd["guidance_in.in_layer.weight"] = _meta(hidden_size, 256)
+    return sd
+
+
+def hunyuan_video15_seed(*, hidden_size: int = 128, depth: int = 2, depth_single_blocks: int = 0) -> dict:
+    """HunyuanVideo 1.5 (the 8.3B: hidden 2048, 16 heads, 54 double blocks and no single ones).
+    Patch 1x1x1 on the 32-channel latent of its 16x VAE, input 65 channels (noise 32 + image
+    latent 32 + mask 1, the same file for t2v and i2v), Qwen2.5-VL text 3584, no pooled vector
+    and no guidance embedding. vision_in.proj.0 (the SigLIP width, 1152) makes detection pick
+    HunyuanVideo15; cond_type_embedding and byt5_in (the glyph text of ByT5, 1472) are there
+    as in the released files."""
+    sd = _hunyuan_video_blocks(hidden_size, depth, depth_single_blocks, 65, 32, (1, 1, 1), 3584)
+    sd["vision_in.proj.0.weight"] = _meta(1152)
+    sd["cond_type_embedding.weight"] = _meta(3, hidden_size)
+    sd["byt5_in.fc1.weight"] = _meta(2048, 1472)
+    return sd
+
+
+def _hunyuan_video_blocks(hidden_size, depth, depth_single_blocks, in_channels, out_channels, patch, text_dim):
+    """The keys every HunyuanVideo file has: the text refiner, the patch embedding and final
+    layer, the text input width and the double / single blocks."""
     sd = {"txt_in.individual_token_refiner.blocks.0.norm1.weight": _meta(hidden_size),
-          "img_in.proj.weight": _meta(hidden_size, in_channels, 1, 2, 2),
-          "final_layer.linear.weight": _meta(out_channels * 4, hidden_size),
-          "txt_in.input_embedder.weight": _meta(hidden_size, text_dim),
-          "vector_in.in_layer.weight": _meta(hidden_size, 768),
-          "guidance_in.in_layer.weight": _meta(hidden_size, 256)}
+          "img_in.proj.weight": _meta(hidden_size, in_channels, *patch),
+          "final_layer.linear.weight": _meta(out_channels * math.prod(patch), hidden_size),
+          "txt_in.input_embedder.weight": _meta(hidden_size, text_dim)}
     for i in range(depth):
         sd[f"double_blocks.{i}.img_attn.qkv.weight"] = _meta(3 * hidden_size, hidden_size)
     for i in range(depth_single_blocks):
@@ -122,25 +146,42 @@ def ltxv_seed(*, num_layers: int = 2, num_heads: int = 32, head_dim: int = 8,
     return sd, metadata
 
 
+# The switches of LTX-2.3's released ``config`` metadata (transformer part): per-head gates on
+# every attention output, AdaLN modulation of the text cross-attention (with its own prompt
+# AdaLN), and the text projection moved into the text encoder (its dual projection gives
+# video and audio contexts of the cross-attention widths, which reach the connectors
+# unchanged). LTX-2.5 files carry the same tensors (per-head gate logits in all six
+# attentions, audio_prompt_adaln_single); both load as ComfyUI's LTXAV.
+LTX23_SWITCHES = {"apply_gated_attention": True, "connector_apply_gated_attention": True,
+                  "cross_attention_adaln": True, "caption_proj_before_connector": True,
+                  "caption_projection_first_linear": False}
+
+
 def ltx2_seed(*, num_layers: int = 2, num_heads: int = 2, head_dim: int = 32, audio_heads: int = 2,
               audio_head_dim: int = 16, caption_channels: int = 64, connector_heads: int = 2,
-              connector_layers: int = 1) -> tuple[dict, dict]:
+              connector_layers: int = 1, ltx23: bool = False) -> tuple[dict, dict]:
     """LTX-2 audio-video (ComfyUI with comfy/ldm/lightricks/av_model.py). Detection sees LTXV
     keys plus audio_adaln_single.* and reads only the block count, head dim (as LTXV) and
     cross dim; a real LTX-2 file gives every size in its ``config`` metadata, and so does
     the seed: video and audio heads, the text width (caption channels, which the text
-    connectors keep: connector heads x head dim = caption channels) and the connector depth."""
-    inner = num_heads * head_dim
+    connectors keep: connector heads x head dim = caption channels) and the connector depth.
+    ``ltx23``: LTX-2.3 / 2.5 (``LTX23_SWITCHES``); the connectors then take the video and
+    audio contexts at the cross-attention widths (video and audio heads x head dim)."""
+    inner, audio_inner = num_heads * head_dim, audio_heads * audio_head_dim
     sd = {"adaln_single.emb.timestep_embedder.linear_1.bias": _meta(inner),
-          "audio_adaln_single.linear.weight": _meta(6 * audio_heads * audio_head_dim, audio_heads * audio_head_dim)}
+          "audio_adaln_single.linear.weight": _meta(6 * audio_inner, audio_inner)}
     for i in range(num_layers):
         sd[f"transformer_blocks.{i}.attn2.to_k.weight"] = _meta(inner, inner)
     transformer = {"num_attention_heads": num_heads, "attention_head_dim": head_dim,
                    "audio_num_attention_heads": audio_heads, "audio_attention_head_dim": audio_head_dim,
-                   "audio_cross_attention_dim": audio_heads * audio_head_dim,
+                   "audio_cross_attention_dim": audio_inner,
                    "caption_channels": caption_channels, "connector_num_attention_heads": connector_heads,
                    "connector_attention_head_dim": caption_channels // connector_heads,
                    "connector_num_layers": connector_layers}
+    if ltx23:
+        transformer.update(LTX23_SWITCHES, connector_attention_head_dim=inner // connector_heads,
+                           audio_connector_num_attention_heads=connector_heads,
+                           audio_connector_attention_head_dim=audio_inner // connector_heads)
     return sd, {"config": json.dumps({"transformer": transformer})}
 
 
@@ -311,11 +352,12 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
     return written
 
 
-def standin_preset(shipped: Path, *, layers: int, heads: int, hidden_size: int, grid, tile):
+def standin_preset(shipped: Path, *, layers: int, heads: int, hidden_size: int, grid, tile, head_dim: int | None = None):
     """A PSA preset for a tiny stand-in model, from a shipped one: its masks of layers
     0..layers-1 and heads 0..heads-1, rescaled from its block grid to that of ``grid`` / ``tile``
     (kernels.preset_file.rescale_params: widths, offsets and strides scaled per axis), under the
-    stand-in's fingerprint. The workflows' tiny runs save it under the shipped file's name in
+    stand-in's fingerprint (``head_dim``: the stand-in's, if not the shipped model's). The
+    workflows' tiny runs save it under the shipped file's name in
     models/sparse_attention_presets/, which the preset loader searches first."""
     import torch
     from kernels.preset_file import Preset, load_preset, rescale_params
@@ -327,7 +369,7 @@ def standin_preset(shipped: Path, *, layers: int, heads: int, hidden_size: int, 
                               for layer in range(layers)] for b in range(params.shape[0])], dtype=torch.float64)
     return Preset(
         name=f"{src.name}_standin"[:64], family=src.family, model_name=f"tiny stand-in for {src.model_name}",
-        fingerprint={"layers": layers, "heads": heads, "head_dim": src.fingerprint["head_dim"],
+        fingerprint={"layers": layers, "heads": heads, "head_dim": head_dim or src.fingerprint["head_dim"],
                      "hidden_size": hidden_size},
         grid=tuple(grid), tile=tuple(tile), params=params, bucket_edges=list(src.bucket_edges), source=src.source,
         search=dict(src.search),
