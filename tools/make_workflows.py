@@ -48,6 +48,18 @@ URLS = {
         f"{HF}/Lightricks/LTX-Video/resolve/main/ltx-video-2b-v0.9.5.safetensors",
     "t5xxl_fp16.safetensors":
         f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors",
+    "wan2.2_ti2v_5B_fp16.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files/diffusion_models/wan2.2_ti2v_5B_fp16.safetensors",
+    "wan2.2_vae.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files/vae/wan2.2_vae.safetensors",
+    "hunyuanvideo1.5_720p_t2v_fp16.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files/diffusion_models/hunyuanvideo1.5_720p_t2v_fp16.safetensors",
+    "qwen_2.5_vl_7b_fp8_scaled.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files/text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors",
+    "byt5_small_glyphxl_fp16.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files/text_encoders/byt5_small_glyphxl_fp16.safetensors",
+    "hunyuanvideo15_vae_fp16.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files/vae/hunyuanvideo15_vae_fp16.safetensors",
 }
 MODEL_DIRS = {"UNETLoader": "diffusion_models", "CLIPLoader": "text_encoders", "DualCLIPLoader": "text_encoders",
               "VAELoader": "vae", "CheckpointLoaderSimple": "checkpoints"}
@@ -439,6 +451,106 @@ def hunyuan_t2v(info) -> dict:
     return g.to_json()
 
 
+HUNYUAN15_PRESET = "hunyuan_video1.5_720p_121f.json"
+HUNYUAN15_WORKFLOW = "hunyuan_video1.5_t2v_720p_psa.json"
+
+
+def hunyuan15_t2v(info) -> dict:
+    """HunyuanVideo 1.5 T2V at 720p (the 720p stage of ComfyUI's own template), PSA with the
+    shipped preset."""
+    g = Graph(info)
+    unet = g.node("UNETLoader", (0, 0), {"unet_name": "hunyuanvideo1.5_720p_t2v_fp16.safetensors", "weight_dtype": "default"}, (400, 90))
+    clip = g.node("DualCLIPLoader", (0, 130), {"clip_name1": "qwen_2.5_vl_7b_fp8_scaled.safetensors",
+                                                "clip_name2": "byt5_small_glyphxl_fp16.safetensors",
+                                                "type": "hunyuan_video_15", "device": "default"}, (400, 130))
+    vae = g.node("VAELoader", (0, 300), {"vae_name": "hunyuanvideo15_vae_fp16.safetensors"}, (400, 60))
+    preset = g.node("LoadStripeMaskPreset", (460, 0), {"preset_name": HUNYUAN15_PRESET}, (340, 60), color=PATCH_COLOR)
+    patch = g.node("SparseAttentionPatch", (460, 100), patch_widgets(info, HUNYUAN15_WORKFLOW), (340, 340), color=PATCH_COLOR)
+    shift = g.node("ModelSamplingSD3", (460, 480), {"shift": 7.0}, (340, 60))
+    pos = g.node("CLIPTextEncode", (840, 0), {"text": "A paper lantern drifts up from a night market into the dark sky, the camera "
+                                              "follows it past strings of lights and steaming food stalls, warm glow, gentle "
+                                              "breeze, cinematic"}, (420, 160), title="Positive prompt")
+    neg = g.node("CLIPTextEncode", (840, 200), {"text": ""}, (420, 100), title="Negative prompt")
+    latent = g.node("EmptyHunyuanVideo15Latent", (840, 340), {"width": 1280, "height": 720, "length": 121, "batch_size": 1}, (320, 130))
+    ks = g.node("KSampler", (1300, 0), {"seed": 20251129, "seed:control": "fixed", "steps": 20, "cfg": 6.0,
+                                        "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0}, (320, 270))
+    dec = g.node("VAEDecodeTiled", (1300, 310), {"tile_size": 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}, (320, 150))
+    vid = g.node("CreateVideo", (1300, 500), {"fps": 24.0}, (220, 80))
+    save = g.node("SaveVideo", (1660, 0), {"filename_prefix": "video/hunyuan_video15_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    g.node("Note", (0, 400), {"text": note_text("HunyuanVideo 1.5 T2V, 1280x720, 121 frames", "PSA with a stripe-mask preset", HUNYUAN15_WORKFLOW, [
+        f"preset {HUNYUAN15_PRESET} from 'Load Stripe Mask Preset': made for this resolution and length (token grid "
+        "31 x 45 x 80); another size needs another preset (or preset_grid rescale, approximate)",
+        WARMUP_AND_DENSE_BLOCKS + "; the text tokens (and with image-to-video the SigLIP vision tokens) always "
+        "attend densely",
+        "image-to-video (hunyuanvideo1.5_720p_i2v_fp16.safetensors with HunyuanVideo15ImageToVideo and "
+        "CLIPVisionEncode) takes the same patch and preset",
+        "the other widgets (beta, target_sparsity, estimator, sol_tile) are Sol-Attn settings and are ignored by psa",
+        "sampler as ComfyUI's HunyuanVideo 1.5 template: 20 steps, cfg 6, euler, shift 7"])}, (400, 360), title="Read me")
+    g.link(unet, 0, shift, "model")
+    g.link(shift, 0, patch, "model")
+    g.link(preset, 0, patch, "preset")
+    g.link(patch, 0, ks, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, ks, "positive")
+    g.link(neg, 0, ks, "negative")
+    g.link(latent, 0, ks, "latent_image")
+    g.link(ks, 0, dec, "samples")
+    g.link(vae, 0, dec, "vae")
+    g.link(dec, 0, vid, "images")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 440, 440))
+    g.group("Sparse attention (PSA)", (440, -60, 380, 620), color="#3f8f6e")
+    return g.to_json()
+
+
+WAN22_5B_WORKFLOW = "wan2.2_ti2v_5B_720p_sol_attn.json"
+
+
+def wan22_ti2v_5b(info) -> dict:
+    """Wan 2.2 TI2V 5B at 1280x704, 121 frames (ComfyUI's own template), Sol-Attn; text-to-video
+    as shipped, image-to-video with a start image."""
+    g = Graph(info)
+    unet = g.node("UNETLoader", (0, 0), {"unet_name": "wan2.2_ti2v_5B_fp16.safetensors", "weight_dtype": "default"}, (380, 90))
+    clip = g.node("CLIPLoader", (0, 140), {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}, (380, 110))
+    vae = g.node("VAELoader", (0, 300), {"vae_name": "wan2.2_vae.safetensors"}, (380, 60))
+    patch = g.node("SparseAttentionPatch", (440, 0), patch_widgets(info, WAN22_5B_WORKFLOW), (340, 320), color=PATCH_COLOR)
+    shift = g.node("ModelSamplingSD3", (440, 360), {"shift": 8.0}, (340, 60))
+    pos = g.node("CLIPTextEncode", (820, 0), {"text": "A street musician plays guitar in a retro subway station, commuters hurry by and "
+                                              "a small crowd gathers, the camera slowly moves right, warm dim light"},
+                 (420, 160), title="Positive prompt")
+    neg = g.node("CLIPTextEncode", (820, 200), {"text": NEGATIVE_WAN}, (420, 130), title="Negative prompt")
+    latent = g.node("Wan22ImageToVideoLatent", (820, 370), {"width": 1280, "height": 704, "length": 121, "batch_size": 1}, (340, 170))
+    ks = g.node("KSampler", (1280, 0), {"seed": 20251129, "seed:control": "fixed", "steps": 20, "cfg": 5.0,
+                                        "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0}, (320, 270))
+    dec = g.node("VAEDecode", (1280, 310), {}, (220, 50))
+    vid = g.node("CreateVideo", (1280, 400), {"fps": 24.0}, (220, 80))
+    save = g.node("SaveVideo", (1640, 0), {"filename_prefix": "video/wan22_ti2v_5b_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    g.node("Note", (0, 400), {"text": note_text("Wan 2.2 TI2V 5B, 1280x704, 121 frames", "Sol-Attn", WAN22_5B_WORKFLOW, [
+        WARMUP_AND_DENSE_BLOCKS,
+        "min_tokens 4096: short sequences stay dense (1280x704 x 121 frames is 27,280 tokens: the 5B's VAE "
+        "compresses 16x in space)",
+        "image-to-video: connect a Load Image node to the start_image input of Wan22ImageToVideoLatent; the "
+        "patch needs no other change",
+        "sampler as ComfyUI's Wan 2.2 5B template: 20 steps, cfg 5, uni_pc, shift 8"])}, (380, 360), title="Read me")
+    g.link(unet, 0, shift, "model")
+    g.link(shift, 0, patch, "model")
+    g.link(patch, 0, ks, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, ks, "positive")
+    g.link(neg, 0, ks, "negative")
+    g.link(vae, 0, latent, "vae")
+    g.link(latent, 0, ks, "latent_image")
+    g.link(ks, 0, dec, "samples")
+    g.link(vae, 0, dec, "vae")
+    g.link(dec, 0, vid, "images")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 420, 440))
+    g.group("Sparse attention", (420, -60, 380, 500), color="#3f8f6e")
+    return g.to_json()
+
+
 LTXV_WORKFLOW = "ltxv_t2v_sol_attn.json"
 
 
@@ -494,6 +606,8 @@ WORKFLOWS = {
     WAN22_WORKFLOW: wan22_i2v,
     HUNYUAN_WORKFLOW: hunyuan_t2v,
     LTXV_WORKFLOW: ltxv_t2v,
+    HUNYUAN15_WORKFLOW: hunyuan15_t2v,
+    WAN22_5B_WORKFLOW: wan22_ti2v_5b,
 }
 
 

@@ -16,11 +16,17 @@ reference, files that ComfyUI's own loaders detect as the real thing:
   ``config`` metadata entry real LTXV files carry (the loader reads the VAE blocks from it);
 * the HunyuanVideo VAE (VAELoader): the loader builds a fixed-size 3D AutoencoderKL
   (ch 128, ch_mult 1,2,4,4); no smaller file is accepted, so it is written at full size
-  (about 246 M parameters, written in bfloat16, cached between runs).
+  (about 246 M parameters, written in bfloat16, cached between runs);
+* the Wan 2.2 and HunyuanVideo 1.5 VAEs (VAELoader) stand in as ComfyUI's own light decoders
+  for the same latents (``comfy.taesd.taehv.TAEHV``, the taew2_2 and lighttae_hv15 layouts,
+  which VAELoader detects by their keys: 48 latent channels, or 32 with a 12-channel last
+  layer). The real ones are built at a fixed size, 705 M and 1.26 B parameters, too large for
+  the CPU tests; the light decoders decode the same latent at the same 4x16x16 compression,
+  but cannot encode (the shipped workflows using them are text-to-video).
 
 Not possible with tiny files (the loaders build fixed-size models from JSON configs inside
-ComfyUI and ignore the file's shapes): the UMT5-XXL (Wan), T5-XXL (LTXV) and llava-llama-3-8B
-+ CLIP-L (HunyuanVideo) text encoders. Runs on tiny files replace CLIPLoader/DualCLIPLoader +
+ComfyUI and ignore the file's shapes): the UMT5-XXL (Wan), T5-XXL (LTXV), llava-llama-3-8B
++ CLIP-L (HunyuanVideo) and Qwen2.5-VL-7B + ByT5 (HunyuanVideo 1.5) text encoders. Runs on tiny files replace CLIPLoader/DualCLIPLoader +
 CLIPTextEncode by the stand-in node in ``tools/tiny_text_encode`` (``TEXT_ENCODE_NODE_DIR``;
 conditioning of the real shapes, see tools/workflow_api.py ``tiny_run_prompt``).
 
@@ -220,6 +226,14 @@ FILES = {
     "ltxv": {
         "checkpoints": ["ltx-video-2b-v0.9.5.safetensors"],
     },
+    "wan22_ti2v": {
+        "diffusion_models": ["wan2.2_ti2v_5B_fp16.safetensors"],
+        "vae": ["wan2.2_vae.safetensors"],
+    },
+    "hunyuan_video15": {
+        "diffusion_models": ["hunyuanvideo1.5_720p_t2v_fp16.safetensors"],
+        "vae": ["hunyuanvideo15_vae_fp16.safetensors"],
+    },
 }
 
 # The text-encoder files the workflows name; they are not written (see module docstring).
@@ -227,6 +241,7 @@ TEXT_ENCODER_FILES = {
     "wan": ["umt5_xxl_fp8_e4m3fn_scaled.safetensors"],
     "hunyuan_video": ["clip_l.safetensors", "llava_llama3_fp8_scaled.safetensors"],
     "ltxv": ["t5xxl_fp16.safetensors"],
+    "hunyuan_video15": ["qwen_2.5_vl_7b_fp8_scaled.safetensors", "byt5_small_glyphxl_fp16.safetensors"],
 }
 
 
@@ -249,6 +264,13 @@ def wan22_i2v_state_dict(seed: int) -> dict:
     """Wan 2.2 I2V A14B layout: i2v input width (in_dim 36) but no CLIP image embedding, so
     ComfyUI detects it as WAN21_T2V like the real A14B files."""
     return detected_state_dict(wan_seed(dim=128, num_layers=2, in_dim=36), seed)
+
+
+def light_video_decoder_state_dict(latent_channels: int, seed: int = 0) -> dict:
+    """ComfyUI's light video decoder (``comfy.taesd.taehv.TAEHV``) for a 48-channel (Wan 2.2) or
+    32-channel (HunyuanVideo 1.5) latent, the stand-in for that model's fixed-size VAE."""
+    import comfy.taesd.taehv
+    return _module_state_dict(comfy.taesd.taehv.TAEHV(latent_channels=latent_channels), seed)
 
 
 def wan_vae_state_dict(seed: int = 0, dim: int = 16) -> dict:
@@ -347,6 +369,13 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
         sd, metadata = ltxv_checkpoint(0)
         written.append(models_dir / "checkpoints" / FILES[family]["checkpoints"][0])
         _save(sd, written[-1], metadata=metadata)
+    elif family in ("wan22_ti2v", "hunyuan_video15"):
+        seed_sd, latent_channels = ((wan_seed(dim=128, num_layers=2, in_dim=48, out_dim=48), 48) if family == "wan22_ti2v"
+                                    else (hunyuan_video15_seed(hidden_size=128, depth=2), 32))
+        written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
+        _save(detected_state_dict(seed_sd, 0), written[-1])
+        written.append(models_dir / "vae" / FILES[family]["vae"][0])
+        _save(light_video_decoder_state_dict(latent_channels), written[-1])
     else:
         raise KeyError(family)
     return written

@@ -73,6 +73,8 @@ STUB_TEXT_ENCODE = "SVATestTextEncode"
 TINY_SIZES = {
     "EmptyHunyuanLatentVideo": {"width": 96, "height": 64, "length": 9},     # Wan: 3 x 4 x 6 tokens
     "WanImageToVideo": {"width": 96, "height": 64, "length": 9},
+    "Wan22ImageToVideoLatent": {"width": 192, "height": 128, "length": 9},   # Wan 2.2 5B (16x VAE): 3 x 4 x 6
+    "EmptyHunyuanVideo15Latent": {"width": 96, "height": 64, "length": 9},   # HunyuanVideo 1.5 (16x, patch 1): 3 x 4 x 6
     "EmptyLTXVLatentVideo": {"width": 192, "height": 128, "length": 17},     # LTXV: 3 x 4 x 6 tokens
 }
 WAN_TINY_GRID = (3, 4, 6)

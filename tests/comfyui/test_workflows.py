@@ -48,8 +48,11 @@ WORKFLOWS = {
     "wan2.2_i2v_A14B_two_stage_sol_attn.json": "wan22_i2v",
     "hunyuan_video_t2v_720p_psa.json": "hunyuan_video",
     "ltxv_t2v_sol_attn.json": "ltxv",
+    "hunyuan_video1.5_t2v_720p_psa.json": "hunyuan_video15",
+    "wan2.2_ti2v_5B_720p_sol_attn.json": "wan22_ti2v",
 }
-PATCHES_EXPECTED = {"wan21_t2v": 1, "wan22_i2v": 2, "hunyuan_video": 1, "ltxv": 1}
+PATCHES_EXPECTED = {"wan21_t2v": 1, "wan22_i2v": 2, "hunyuan_video": 1, "ltxv": 1, "hunyuan_video15": 1, "wan22_ti2v": 1}
+PRESET_FAMILY = {"wan21_t2v": "wan", "wan22_ti2v": "wan", "hunyuan_video15": "hunyuan_video"}  # else the family's name
 PACK_MODULE = f"custom_nodes.{h.PACK_NAME}"
 I2V_START_IMAGE = "sparse_attention_i2v_start.png"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
@@ -105,6 +108,7 @@ def test_template_opens_through_the_endpoint(server, name):
 TINY_PSA = {
     "wan21_t2v": (2, 1, tiny.wan_hidden_size(1), wc.WAN_TINY_GRID, (1, 2, 2)),
     "hunyuan_video": (2, 1, 128, wc.HUNYUAN_TINY_GRID, (1, 2, 4)),
+    "hunyuan_video15": (2, 1, 128, wc.WAN_TINY_GRID, (1, 2, 2)),   # its tiny latent: the 3 x 4 x 6 grid too
 }
 
 
@@ -241,11 +245,18 @@ def test_workflow_matches_object_info(server, name):
             assert req in node["inputs"], f"{name}: {node['class_type']} {nid} lacks {req}"
 
 
+# The latent nodes of the PSA workflows: the pixels per token in height and width (spatial
+# compression of the VAE times the patch); every VAE here compresses 4x in time, patch 1.
+PIXELS_PER_TOKEN = {"EmptyHunyuanLatentVideo": 16,    # Wan 2.1 / HunyuanVideo VAE 8x, patch 2x2
+                    "Wan22ImageToVideoLatent": 32,    # Wan 2.2 VAE 16x, patch 2x2
+                    "EmptyHunyuanVideo15Latent": 16}  # HunyuanVideo 1.5 VAE 16x, patch 1x1
+
+
 def token_grid(prompt: dict) -> tuple[int, int, int]:
-    """The video token grid of a Wan or HunyuanVideo workflow's latent: the VAE compresses 4x in
-    time and 8x in space, the patch is 1 x 2 x 2."""
-    latent = next(n["inputs"] for n in prompt.values() if n["class_type"] == "EmptyHunyuanLatentVideo")
-    return (latent["length"] - 1) // 4 + 1, latent["height"] // 16, latent["width"] // 16
+    """The video token grid of a workflow's latent node."""
+    latent, per = next((n["inputs"], PIXELS_PER_TOKEN[n["class_type"]]) for n in prompt.values()
+                       if n["class_type"] in PIXELS_PER_TOKEN)
+    return (latent["length"] - 1) // 4 + 1, latent["height"] // per, latent["width"] // per
 
 
 @pytest.mark.parametrize("name", sorted(WORKFLOWS))
@@ -272,7 +283,7 @@ def test_workflow_follows_the_recommended_settings(server, name):
             assert source["class_type"] == "LoadStripeMaskPreset", source
             from kernels.preset_file import load_preset
             preset = load_preset(h.REPO_ROOT / "mask_presets" / source["inputs"]["preset_name"])
-            assert preset.family == {"wan21_t2v": "wan"}.get(WORKFLOWS[name], WORKFLOWS[name])
+            assert preset.family == PRESET_FAMILY.get(WORKFLOWS[name], WORKFLOWS[name])
             assert tuple(preset.grid) == token_grid(prompt), f"{name}: preset grid {preset.grid}"
         else:
             assert "preset" not in inputs
