@@ -93,7 +93,7 @@ RECOMMENDED = (
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
         measured="LTX-Video 0.9 2B forward 1.26× (self-attention is half of it; "
                  "`e2e_comfyui_h200_ltxv.json`); LTX-2, 2.3 and 2.5 not measured",
-        workflows=("ltxv_t2v_sol_attn.json",)),
+        workflows=("ltxv_t2v_sol_attn.json", "ltx2.5_t2v_720p_sol_attn.json")),
     Recommendation(
         models="LTX-2 / 2.3 / 2.5, 720p", method="psa", shipped_preset=True,
         settings={"warmup": 0.2, "dense_blocks": "0"}, measured=NOT_MEASURED),

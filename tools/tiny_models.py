@@ -14,6 +14,10 @@ reference, files that ComfyUI's own loaders detect as the real thing:
   loader reads ``dim`` from ``decoder.head.0.gamma``, so any size is detected);
 * the LTX-Video checkpoint (CheckpointLoaderSimple): transformer + VAE in one file with the
   ``config`` metadata entry real LTXV files carry (the loader reads the VAE blocks from it);
+* LTX-2.5's separate files (ComfyUI with LTXAV only): the transformer (UNETLoader) with
+  LTX-2.3's switches in its ``config`` metadata, the video VAE and the audio VAE (VAELoader:
+  LTX-Video's VAE class and LTX-2's audio VAE + vocoder, each sized by its ``config``
+  metadata as real files are);
 * the HunyuanVideo VAE (VAELoader): the loader builds a fixed-size 3D AutoencoderKL
   (ch 128, ch_mult 1,2,4,4); no smaller file is accepted, so it is written at full size
   (about 246 M parameters, written in bfloat16, cached between runs);
@@ -234,6 +238,10 @@ FILES = {
         "diffusion_models": ["hunyuanvideo1.5_720p_t2v_fp16.safetensors"],
         "vae": ["hunyuanvideo15_vae_fp16.safetensors"],
     },
+    "ltx25": {  # ComfyUI with LTXAV only (ltx2_available in tests/comfyui_harness.py)
+        "diffusion_models": ["ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors"],
+        "vae": ["ltx-2.5-video-vae-bf16.safetensors", "ltx-2.5-audio-vae-bf16.safetensors"],
+    },
 }
 
 # The text-encoder files the workflows name; they are not written (see module docstring).
@@ -242,6 +250,7 @@ TEXT_ENCODER_FILES = {
     "hunyuan_video": ["clip_l.safetensors", "llava_llama3_fp8_scaled.safetensors"],
     "ltxv": ["t5xxl_fp16.safetensors"],
     "hunyuan_video15": ["qwen_2.5_vl_7b_fp8_scaled.safetensors", "byt5_small_glyphxl_fp16.safetensors"],
+    "ltx25": ["gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors"],
 }
 
 
@@ -293,24 +302,58 @@ LTXV_TINY_VAE_CONFIG = {
 LTXV_TINY_TRANSFORMER = {"num_attention_heads": 2, "attention_head_dim": 64, "num_layers": 2}
 
 
-def ltxv_checkpoint(seed: int) -> tuple[dict, dict]:
+def ltx_video_vae_state_dict(seed: int) -> dict:
+    """The LTX video VAE (``VideoVAE``) in the small LTXV_TINY_VAE_CONFIG, identity latent
+    statistics; its loaders read that config from the file's ``config`` metadata (``vae``)."""
     import torch
     import comfy.ldm.lightricks.vae.causal_video_autoencoder as cva
+    vsd = _module_state_dict(cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG)), seed)
+    for k in list(vsd):
+        if k.startswith("per_channel_statistics."):
+            vsd[k] = torch.zeros_like(vsd[k]) if "mean" in k else torch.ones_like(vsd[k])
+    return vsd
+
+
+def ltxv_checkpoint(seed: int) -> tuple[dict, dict]:
     t = LTXV_TINY_TRANSFORMER
     seed_sd, _ = ltxv_seed(num_layers=t["num_layers"], num_heads=t["num_attention_heads"],
                            head_dim=t["attention_head_dim"])
     # the checkpoint's own metadata (below) carries the transformer part, as real LTXV files do
     dm = detected_state_dict(seed_sd, seed, {"config": json.dumps({"transformer": dict(t)})})
-    vae = cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG))
-    vsd = _module_state_dict(vae, seed + 1)
-    # latent statistics: identity normalisation
-    for k in list(vsd):
-        if k.startswith("per_channel_statistics."):
-            vsd[k] = torch.zeros_like(vsd[k]) if "mean" in k else torch.ones_like(vsd[k])
+    vsd = ltx_video_vae_state_dict(seed + 1)
     sd = {f"model.diffusion_model.{k}": v for k, v in dm.items()}
     sd.update({f"vae.{k}": v for k, v in vsd.items()})
     metadata = {"config": json.dumps({"transformer": dict(t), "vae": dict(LTXV_TINY_VAE_CONFIG)})}
     return sd, metadata
+
+
+# LTX-2's audio VAE (mel autoencoder + vocoder) in a small configuration, read by its loader
+# from the file's ``config`` metadata as in real files: 16 kHz, hop 160, 64 mel bins (8 latent
+# channels x 16 frequency bins: what the diffusion model's audio stream takes), base width 8,
+# and a HiFi-GAN vocoder whose upsampling (5 x 4 x 2 x 2 x 2 = 160) undoes the hop.
+LTX_TINY_AUDIO_VAE_CONFIG = {
+    "audio_vae": {"model": {"params": {"ddconfig": {
+        "double_z": True, "mel_bins": 64, "z_channels": 8, "resolution": 256, "downsample_time": False,
+        "in_channels": 2, "out_ch": 2, "ch": 8, "ch_mult": [1, 2, 4], "num_res_blocks": 1, "attn_resolutions": [],
+        "dropout": 0.0, "mid_block_add_attention": False, "norm_type": "pixel", "causality_axis": "height"},
+        "sampling_rate": 16000}}, "preprocessing": {"stft": {"filter_length": 1024, "hop_length": 160}}},
+    "vocoder": {"upsample_initial_channel": 64, "resblock": "1", "upsample_rates": [5, 4, 2, 2, 2],
+                "upsample_kernel_sizes": [16, 16, 8, 4, 4], "resblock_kernel_sizes": [3],
+                "resblock_dilation_sizes": [[1, 3, 5]], "stereo": True},
+}
+# The tiny LTX-2.5 transformer of write_models: LTX-2.3's switches, 2 heads x 32 for video and
+# 2 x 16 for audio, so its text encoder's dual projection is 2 x 32 + 2 x 16 = 96 wide.
+LTX25_TINY = dict(num_layers=2, num_heads=2, head_dim=32, audio_heads=2, audio_head_dim=16, ltx23=True)
+
+
+def ltx_audio_vae_state_dict(seed: int) -> tuple[dict, dict]:
+    """(state dict, metadata) of LTX_TINY_AUDIO_VAE_CONFIG's audio VAE in the file layout its
+    loaders read: ``audio_vae.*`` (the autoencoder) and ``vocoder.*``."""
+    from comfy.ldm.lightricks.vae.audio_vae import AudioVAE
+    metadata = {"config": json.dumps(LTX_TINY_AUDIO_VAE_CONFIG)}
+    sd = _module_state_dict(AudioVAE(metadata=metadata), seed)
+    return {("audio_vae." + k[len("autoencoder."):] if k.startswith("autoencoder.") else k): v
+            for k, v in sd.items()}, metadata
 
 
 def hunyuan_vae_state_dict(seed: int = 0) -> dict:
@@ -376,6 +419,15 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
         _save(detected_state_dict(seed_sd, 0), written[-1])
         written.append(models_dir / "vae" / FILES[family]["vae"][0])
         _save(light_video_decoder_state_dict(latent_channels), written[-1])
+    elif family == "ltx25":
+        seed_sd, metadata = ltx2_seed(**LTX25_TINY)
+        written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
+        _save(detected_state_dict(seed_sd, 0, metadata), written[-1], metadata=metadata)
+        video_vae, audio_vae = (models_dir / "vae" / name for name in FILES[family]["vae"])
+        _save(ltx_video_vae_state_dict(1), video_vae, metadata={"config": json.dumps({"vae": LTXV_TINY_VAE_CONFIG})})
+        sd, metadata = ltx_audio_vae_state_dict(2)
+        _save(sd, audio_vae, metadata=metadata)
+        written += [video_vae, audio_vae]
     else:
         raise KeyError(family)
     return written

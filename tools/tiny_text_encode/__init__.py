@@ -14,7 +14,10 @@ import hashlib
 import torch
 
 # CLIPLoader/DualCLIPLoader "type" -> the width of what the real encoder hands the sampler
-WIDTHS = {"wan": 4096, "ltxv": 4096, "hunyuan_video": 4096, "hunyuan_video_15": 3584}  # umT5, T5, llava, Qwen2.5-VL
+# (umT5, T5, llava, Qwen2.5-VL). "ltxav": LTX-2.3 / 2.5's Gemma encoder (CLIPLoader type "ltxv"
+# with an LTX-2 text encoder file), whose dual projection gives the model's video + audio
+# cross-attention widths: 96 for the tiny LTX-2.5 of tools/tiny_models.py (LTX25_TINY).
+WIDTHS = {"wan": 4096, "ltxv": 4096, "hunyuan_video": 4096, "hunyuan_video_15": 3584, "ltxav": 96}
 ENCODERS = list(WIDTHS)
 
 
@@ -38,6 +41,8 @@ class SVATestTextEncode:
             extra["pooled_output"] = torch.randn(1, 768, generator=gen)  # CLIP-L pooled
         elif encoder == "hunyuan_video_15":
             extra["pooled_output"] = None  # no pooled vector (HunyuanVideo 1.5 has no vector_in); no glyph text
+        elif encoder == "ltxav":
+            extra["unprocessed_ltxav_embeds"] = True  # the model's connectors take it from here
         elif encoder == "ltxv":
             extra["attention_mask"] = torch.ones(1, tokens, dtype=torch.long)  # T5 attention mask
         return ([[cond, extra]],)
