@@ -372,8 +372,9 @@ def build_ltx2(seed: int = 0, *, num_layers: int = 2, num_heads: int = 2, head_d
     if got != (num_heads, head_dim, audio_heads, audio_head_dim):
         raise RuntimeError(f"ComfyUI built LTX-2 with (heads, head dim, audio heads, audio head dim) {got}, "
                            "not the sizes of the config metadata: its LTXAVModel arguments changed")
-
-    if ltx23 and not (block.attn1.to_gate_logits is not None and dm_switch(patcher, "cross_attention_adaln")):
+    switches = (getattr(block.attn1, "to_gate_logits", None) is not None,
+                getattr(patcher.model.diffusion_model, "cross_attention_adaln", False))
+    if ltx23 and switches != (True, True):
         raise RuntimeError("ComfyUI built LTX-2.3 without gated attention or cross-attention AdaLN: "
                            "its LTXAVModel no longer reads those switches from the config metadata")
     text_width = num_heads * head_dim + audio_heads * audio_head_dim if ltx23 else caption_channels
@@ -385,15 +386,11 @@ def build_ltx2(seed: int = 0, *, num_layers: int = 2, num_heads: int = 2, head_d
         neg = [[_text(gen, 1, text_tokens, text_width), dict(extra)]]
         return pos, neg
 
-    return TinyModel("ltx23" if ltx23 else "ltx2", patcher, sd, tuple(latent_shape), conditioning, "LTXAV", "LTXAV", num_heads, head_dim,
+    return TinyModel("ltx23" if ltx23 else "ltx2", patcher, sd, tuple(latent_shape), conditioning, "LTXAV", "LTXAV",
+                     num_heads, head_dim,
                      # per block: video self, video text cross, audio self, audio text cross,
                      # audio-to-video and video-to-audio cross-attention
                      6 * num_layers, audio_latent_shape=tuple(audio_latent_shape), patch_size=(1, 1, 1))
-
-
-def dm_switch(patcher, name: str):
-    """A switch the LTX diffusion model was built with (``None`` if it has no such attribute)."""
-    return getattr(patcher.model.diffusion_model, name, None)
 
 
 BUILDERS: dict[str, Callable[..., TinyModel]] = {
