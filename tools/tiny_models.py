@@ -30,9 +30,10 @@ reference, files that ComfyUI's own loaders detect as the real thing:
 
 Not possible with tiny files (the loaders build fixed-size models from JSON configs inside
 ComfyUI and ignore the file's shapes): the UMT5-XXL (Wan), T5-XXL (LTXV), llava-llama-3-8B
-+ CLIP-L (HunyuanVideo) and Qwen2.5-VL-7B + ByT5 (HunyuanVideo 1.5) text encoders. Runs on tiny files replace CLIPLoader/DualCLIPLoader +
-CLIPTextEncode by the stand-in node in ``tools/tiny_text_encode`` (``TEXT_ENCODE_NODE_DIR``;
-conditioning of the real shapes, see tools/workflow_api.py ``tiny_run_prompt``).
++ CLIP-L (HunyuanVideo), Qwen2.5-VL-7B + ByT5 (HunyuanVideo 1.5) and Gemma (LTX-2.5) text
+encoders. Runs on tiny files replace CLIPLoader/DualCLIPLoader + CLIPTextEncode by the
+stand-in node in ``tools/tiny_text_encode`` (``TEXT_ENCODE_NODE_DIR``; conditioning of the
+real shapes, see tools/workflow_api.py ``tiny_run_prompt``).
 
 ``standin_preset`` cuts a shipped PSA preset down to a tiny model and grid (needs the
 repository root on sys.path, for ``kernels``).
