@@ -39,8 +39,13 @@ or ``$COMFYUI_PATH``, with this pack loaded the way ComfyUI loads custom nodes):
 The JSON (``--out``) holds the exact command, device and versions, and is rewritten after
 every measurement, so a run stopped at a time limit keeps what it measured.
 
+``--models``: ``wan`` (Wan2.1-T2V-14B 720p), ``hunyuan`` (HunyuanVideo 13B 720p), ``ltxv``
+(LTX-Video 2B), ``hunyuan15`` (HunyuanVideo 1.5 8.3B 720p, 121 frames) and ``wan22_5b`` (Wan
+2.2 TI2V 5B, 1280x704, 121 frames); e2e_harness.FULL holds their sizes.
+
 ``--tiny`` runs the same code path on the CPU with tiny configurations (float32, the float
-reference backend): tests/tools/test_benchmarks.py. On the H200: benchmarks/e2e_run.sh.
+reference backend): tests/tools/test_benchmarks.py. On the H200: benchmarks/e2e_run.sh, whose
+header has the command of each model.
 """
 from __future__ import annotations
 
@@ -100,9 +105,6 @@ def uniform_psa_params(kernels_pkg, grid, tile, heads: int, density: float):
     return params, per_head
 
 
-FAMILY = {"wan": "wan", "hunyuan": "hunyuan_video", "ltxv": "ltxv"}  # the nodes' adapter names
-
-
 def _preset_densities(kernels_pkg, preset) -> torch.Tensor:
     """Token density (layers, heads) of a preset's first step bucket on its own grid."""
     params = preset.params[0]
@@ -123,7 +125,7 @@ def shipped_preset(kernels_pkg, spec: ModelSpec):
             continue
         fp = p.fingerprint
         if (p.family, int(fp["layers"]), int(fp["heads"]), int(fp["head_dim"])) != \
-                (FAMILY[spec.key], spec.blocks(), spec.heads(), spec.head_dim()):
+                (spec.family, spec.blocks(), spec.heads(), spec.head_dim()):
             continue
         if tuple(p.grid) != tuple(spec.grid()):
             why.append(f"{path.name}: grid {tuple(p.grid)} is not {spec.grid()}")
@@ -152,7 +154,7 @@ def make_preset(kernels_pkg, spec: ModelSpec, density: float, choice: str):
         params, per_head = uniform_psa_params(kernels_pkg, grid, tile, spec.heads(), density)
         stack = params[None, None].expand(1, spec.blocks(), spec.heads(), 6).contiguous()
         preset = kernels_pkg.Preset(
-            name=f"uniform-{density:.2f}", family=FAMILY[spec.key], model_name=spec.name,
+            name=f"uniform-{density:.2f}", family=spec.family, model_name=spec.name,
             fingerprint={"layers": spec.blocks(), "heads": spec.heads(), "head_dim": spec.head_dim(),
                          "hidden_size": spec.heads() * spec.head_dim()},
             grid=tuple(grid), tile=tuple(tile), params=stack, bucket_edges=[], source="geometry",

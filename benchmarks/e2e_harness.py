@@ -36,9 +36,15 @@ class ModelSpec:
     size: dict               # its arguments (the architecture's sizes)
     latent_shape: tuple      # (1, C, T, H, W) video latent
     text_tokens: int
-    cond: str                # "wan" | "hunyuan" | "ltxv": extra conditioning entries
+    cond: str                # "wan" | "hunyuan" | "hunyuan15" | "ltxv": the conditioning's kind
     psa_tile: tuple
     note: str = ""
+    patch: tuple = (1, 2, 2)  # what detection sets: 1x2x2 for Wan and HunyuanVideo, 1x1x1 for HunyuanVideo 1.5
+
+    @property
+    def family(self) -> str:
+        """The nodes' adapter name."""
+        return {"wan": "wan", "hunyuan": "hunyuan_video", "hunyuan15": "hunyuan_video", "ltxv": "ltxv"}[self.cond]
 
     def seed_state_dict(self) -> tuple:
         """(meta state dict, file metadata) that ComfyUI's detection turns into this model: the
@@ -48,8 +54,8 @@ class ModelSpec:
         return out if isinstance(out, tuple) else (out, None)
 
     def patch_size(self):
-        # what detection sets: patch 1x2x2 for Wan and HunyuanVideo, the patchifier's 1 for LTXV
-        return (1, 1, 1) if self.cond == "ltxv" else (1, 2, 2)
+        # the patchifier's 1 for LTXV
+        return (1, 1, 1) if self.cond == "ltxv" else self.patch
 
     def grid(self):
         _, _, t, h, w = self.latent_shape
@@ -62,7 +68,7 @@ class ModelSpec:
 
     def extra_tokens(self):
         """Non-grid tokens in the self-attention sequence (HunyuanVideo: text, after video)."""
-        return self.text_tokens if self.cond == "hunyuan" else 0
+        return self.text_tokens if self.family == "hunyuan_video" else 0
 
     def heads(self):
         c = self.size
@@ -75,7 +81,7 @@ class ModelSpec:
 
     def blocks(self):
         c = self.size
-        if self.cond == "hunyuan":
+        if self.family == "hunyuan_video":
             return int(c["depth"] + c["depth_single_blocks"])
         return int(c["num_layers"])
 
@@ -98,6 +104,22 @@ FULL = {
     "ltxv": ModelSpec("ltxv", "ltxv_2b", "ltxv_seed", dict(num_layers=28, num_heads=32, head_dim=64),
                       (1, 128, 16, 22, 40), 128, "ltxv", (8, 2, 8),
                       "LTX-Video 0.9 2B architecture, 1280x704 121 frames"),
+    # HunyuanVideo 1.5 (8.3B): hidden 2048, 16 heads × 128, 54 double blocks, no single block,
+    # patch 1x1x1 on the 32-channel latent of its 16x VAE; 720p 121 frames (ComfyUI's template,
+    # EmptyHunyuanVideo15Latent) → latent 32×31×45×80 → 111,600 video tokens (+ 256 Qwen2.5-VL
+    # text tokens). PSA: the shipped hunyuan_video1.5_720p_121f preset fits this grid.
+    "hunyuan15": ModelSpec("hunyuan15", "hunyuan_video15_8b", "hunyuan_video15_seed",
+                           dict(hidden_size=2048, depth=54, depth_single_blocks=0), (1, 32, 31, 45, 80), 256,
+                           "hunyuan15", (3, 8, 16),
+                           "HunyuanVideo 1.5 8.3B architecture (t2v), 720p 121 frames, 256 text tokens",
+                           patch=(1, 1, 1)),
+    # Wan 2.2 TI2V 5B: dim 3072, 24 heads × 128, 30 blocks, in/out 48 channels (WAN22_T2V);
+    # 1280×704 121 frames (Wan22ImageToVideoLatent's template size) → latent 48×31×44×80 →
+    # 31×22×40 = 27,280 tokens; umT5 context padded to 512 tokens. PSA: the shipped
+    # wan2.2_ti2v_5b_720p_121f preset fits this grid.
+    "wan22_5b": ModelSpec("wan22_5b", "wan22_ti2v_5b", "wan_seed",
+                          dict(dim=3072, ffn_dim=14336, num_layers=30, in_dim=48, out_dim=48), (1, 48, 31, 44, 80),
+                          512, "wan", (2, 8, 8), "Wan2.2-TI2V-5B architecture (t2v), 1280x704 121 frames"),
 }
 
 TINY = {
@@ -110,6 +132,12 @@ TINY = {
     # ComfyUI detects LTXV heads as 32 without file metadata; the tiny one keeps 32 heads.
     "ltxv": ModelSpec("ltxv", "ltxv_tiny", "ltxv_seed", dict(num_layers=2, num_heads=32, head_dim=8),
                       (1, 128, 2, 8, 8), 8, "ltxv", (1, 4, 4), "tiny LTX-Video (CPU test)"),
+    "hunyuan15": ModelSpec("hunyuan15", "hunyuan_video15_tiny", "hunyuan_video15_seed",
+                           dict(hidden_size=256, depth=3, depth_single_blocks=0), (1, 32, 3, 8, 8), 8, "hunyuan15",
+                           (1, 4, 4), "tiny HunyuanVideo 1.5 (CPU test)", patch=(1, 1, 1)),
+    "wan22_5b": ModelSpec("wan22_5b", "wan22_ti2v_tiny", "wan_seed",
+                          dict(dim=256, ffn_dim=512, num_layers=3, in_dim=48, out_dim=48), (1, 48, 3, 16, 16), 8, "wan",
+                          (1, 4, 4), "tiny Wan 2.2 TI2V 5B (CPU test)"),
 }
 
 
@@ -282,10 +310,12 @@ def conditioning(spec: ModelSpec, seed: int):
     gen = torch.Generator().manual_seed(seed)
     out = []
     for _ in range(2):
-        text = torch.randn(1, spec.text_tokens, 4096, generator=gen)
+        text = torch.randn(1, spec.text_tokens, 3584 if spec.cond == "hunyuan15" else 4096, generator=gen)
         extra = {}
         if spec.cond == "hunyuan":
             extra = {"pooled_output": torch.randn(1, 768, generator=gen), "guidance": 6.0}
+        elif spec.cond == "hunyuan15":  # Qwen2.5-VL text; no pooled vector, no guidance embedding
+            extra = {"pooled_output": None}
         elif spec.cond == "ltxv":
             extra = {"attention_mask": torch.ones(1, spec.text_tokens, dtype=torch.long), "frame_rate": 25}
         out.append([[text, extra]])

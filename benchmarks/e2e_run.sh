@@ -15,6 +15,13 @@
 #      bash benchmarks/e2e_run.sh --models wan        # Wan2.1-14B
 #      bash benchmarks/e2e_run.sh --models hunyuan --reps 1 --methods dense,kernels,stub,sol85,sol90,psa60
 #      bash benchmarks/e2e_run.sh --models ltxv       # LTX-Video 0.9 2B, small
+#      bash benchmarks/e2e_run.sh --models hunyuan15 --reps 1 --methods dense,stub,sol85,sol90,psa60
+#                                                     # HunyuanVideo 1.5 8.3B, 720p 121 frames
+#      bash benchmarks/e2e_run.sh --models wan22_5b --methods dense,stub,sol85,sol90,psa60
+#                                                     # Wan 2.2 TI2V 5B, 1280x704 121 frames
+#
+#    (the last two not run yet: their speed-ups are not measured; psa60 uses the shipped
+#    hunyuan_video1.5_720p_121f / wan2.2_ti2v_5b_720p_121f preset, which fits these grids)
 #
 #    Any other e2e_comfyui.py flag passes through (--methods, --reps, --dense-blocks, ...).
 #    Results go to $OUT (else out/, git-ignored): e2e_comfyui_h200_<models>.json and .log;

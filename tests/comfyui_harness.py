@@ -154,6 +154,8 @@ class TinyModel:
     head_dim: int
     attention_calls_per_forward: int  # optimized_attention calls in one diffusion_model forward
     audio_latent_shape: tuple | None = None  # LTX-2: [B, 8, L, 16]; the latent is [video, audio]
+    patch_size: tuple = (1, 2, 2)  # detection's: video tokens = latent (T, H, W) / patch
+    extra_tokens: dict | None = None  # HunyuanVideo: the non-video tokens of the joint attention, by kind
 
 
 def load_state_dict(sd: dict, metadata: dict | None = None):
@@ -225,7 +227,7 @@ def build_hunyuan_video(seed: int = 0, *, depth: int = 1, depth_single_blocks: i
                      "HunyuanVideo", "HunyuanVideo", hidden_size // 128, 128,
                      # the text token refiner has 2 self-attention blocks, then one joint
                      # attention per double block and per single block
-                     2 + depth + depth_single_blocks)
+                     2 + depth + depth_single_blocks, extra_tokens={"vision": 0, "glyph": 0, "text": text_tokens})
 
 
 def build_ltxv(seed: int = 0, *, num_layers: int = 2, num_heads: int = 32, head_dim: int = 8,
@@ -250,22 +252,97 @@ def build_ltxv(seed: int = 0, *, num_layers: int = 2, num_heads: int = 32, head_
         return pos, neg
 
     return TinyModel("ltxv", patcher, sd, tuple(latent_shape), conditioning, "LTXV", "LTXV", num_heads, head_dim,
-                     2 * num_layers)  # attn1 (self) and attn2 (cross) per block
+                     2 * num_layers, patch_size=(1, 1, 1))  # attn1 (self) and attn2 (cross) per block
+
+
+def build_hunyuan_video15(seed: int = 0, *, i2v: bool = False, glyph_tokens: int = 0, depth: int = 2,
+                          depth_single_blocks: int = 0, hidden_size: int = 128, latent_shape=(1, 32, 4, 8, 8),
+                          text_tokens: int = 16, vision_tokens: int = 9) -> TinyModel:
+    """HunyuanVideo 1.5 (``tiny_models.hunyuan_video15_seed``: patch 1x1x1, 32-channel latent,
+    double blocks only as the released 8.3B; ``depth_single_blocks`` adds single blocks, which
+    the class has). Conditioning as its nodes make it: Qwen2.5-VL text [B, n, 3584]; with
+    ``i2v`` (HunyuanVideo15ImageToVideo) the encoded start image as ``concat_latent_image``
+    with its ``concat_mask``, and the SigLIP output (CLIPVisionEncode) whose
+    ``last_hidden_state`` [B, 729, 1152] (here ``vision_tokens``) the model turns into vision
+    tokens in front of the text; ``glyph_tokens``: the ByT5 tokens of quoted text in the
+    prompt (``conditioning_byt5small`` [B, m, 1472]), between the vision and the text tokens.
+    The joint attention's non-video tokens are therefore [vision, glyph, text]
+    (``extra_tokens``)."""
+    import torch
+    seed_sd = tiny_models.hunyuan_video15_seed(hidden_size=hidden_size, depth=depth,
+                                               depth_single_blocks=depth_single_blocks)
+    sd = tiny_models.detected_state_dict(seed_sd, seed)
+    patcher = load_state_dict(sd)
+    extra_tokens = {"vision": vision_tokens if i2v else 0, "glyph": glyph_tokens, "text": text_tokens}
+
+    def conditioning(cond_seed: int):
+        gen = torch.Generator().manual_seed(cond_seed)
+        out = []
+        for _ in range(2):  # positive, negative
+            extra = {"pooled_output": None}  # CLIPTextEncode's entry; the model has no pooled-vector input
+            if glyph_tokens:
+                extra["conditioning_byt5small"] = torch.randn(1, glyph_tokens, 1472, generator=gen)
+            if i2v:
+                from comfy.clip_vision import Output
+                vision = Output()
+                vision.last_hidden_state = torch.randn(1, vision_tokens, 1152, generator=gen)
+                mask = torch.ones(1, 1, *latent_shape[2:])
+                mask[:, :, :1] = 0.0  # the start image's latent frame is kept
+                extra.update(clip_vision_output=vision, concat_latent_image=torch.randn(latent_shape, generator=gen),
+                             concat_mask=mask)
+            out.append([[_text(gen, 1, text_tokens, 3584), extra]])
+        return out[0], out[1]
+
+    return TinyModel("hunyuan_video15_i2v" if i2v else "hunyuan_video15", patcher, sd, tuple(latent_shape),
+                     conditioning, "HunyuanVideo15", "HunyuanVideo15", hidden_size // 128, 128,
+                     # the text refiner's 2 blocks, then one joint attention per block
+                     2 + depth + depth_single_blocks, patch_size=(1, 1, 1), extra_tokens=extra_tokens)
+
+
+def build_wan22_ti2v(seed: int = 0, *, num_layers: int = 2, dim: int = 128, latent_shape=(1, 48, 3, 8, 12),
+                     text_tokens: int = 16) -> TinyModel:
+    """Wan 2.2 TI2V 5B (``tiny_models.wan_seed`` with in/out 48: detected as WAN22_T2V, model
+    base WAN22): the 48-channel latent of the Wan 2.2 VAE (16x spatial), patch 1x2x2, text
+    and video only (no CLIP image cross-attention). Image-to-video puts the encoded image in
+    the first latent frame and a ``noise_mask`` keeping it (Wan22ImageToVideoLatent): pass
+    ``noise_mask=ti2v_noise_mask(tiny)`` to ``sample``."""
+    import torch
+    sd = tiny_models.detected_state_dict(tiny_models.wan_seed(dim=dim, num_layers=num_layers, in_dim=48, out_dim=48),
+                                         seed)
+    patcher = load_state_dict(sd)
+
+    def conditioning(cond_seed: int):
+        gen = torch.Generator().manual_seed(cond_seed)
+        return [[_text(gen, 1, text_tokens), {}]], [[_text(gen, 1, text_tokens), {}]]
+
+    return TinyModel("wan22_ti2v", patcher, sd, tuple(latent_shape), conditioning, "WAN22_T2V", "WAN22",
+                     dim // 128, 128, 2 * num_layers)  # per block: self-attention, text cross-attention
+
+
+def ti2v_noise_mask(tiny: TinyModel):
+    """Wan22ImageToVideoLatent's noise mask: 0 on the start image's latent frame, 1 elsewhere."""
+    import torch
+    mask = torch.ones(1, 1, *tiny.latent_shape[2:])
+    mask[:, :, :1] = 0.0
+    return mask
 
 
 def ltx2_available() -> tuple[bool, str]:
-    """LTX-2 (audio-video) needs comfy/ldm/lightricks/av_model.py, added after ComfyUI 0.3.75."""
+    """LTX-2, 2.3 and 2.5 (audio-video, ComfyUI's LTXAV) need comfy/ldm/lightricks/av_model.py,
+    added after ComfyUI 0.3.75."""
     started = _STARTED
     comfy_dir = started.comfy_dir if started else prepared_comfyui_dir()
     if (comfy_dir / "comfy" / "ldm" / "lightricks" / "av_model.py").is_file():
         return True, ""
-    return False, (f"ComfyUI {comfyui_env.comfyui_version(comfy_dir)} has no comfy/ldm/lightricks/av_model.py "
-                   "(LTX-2 arrived in a later ComfyUI); `make test COMFYUI=0.33` runs it")
+    return False, (f"ComfyUI {comfyui_env.comfyui_version(comfy_dir)} has no LTXAV model "
+                   "(comfy/ldm/lightricks/av_model.py: LTX-2, 2.3 and 2.5 arrived in a later ComfyUI); "
+                   "`make test COMFYUI=0.33` runs it")
 
 
 def build_ltx2(seed: int = 0, *, num_layers: int = 2, num_heads: int = 2, head_dim: int = 32,
                audio_heads: int = 2, audio_head_dim: int = 16, caption_channels: int = 64,
-               latent_shape=(1, 128, 2, 4, 6), audio_latent_shape=(1, 8, 5, 16), text_tokens: int = 16) -> TinyModel:
+               latent_shape=(1, 128, 2, 4, 6), audio_latent_shape=(1, 8, 5, 16), text_tokens: int = 16,
+               ltx23: bool = False) -> TinyModel:
     """LTX-2 audio-video (``comfy/ldm/lightricks/av_model.py``; raises RuntimeError on a ComfyUI
     without it, see ``ltx2_available``).
 
@@ -275,14 +352,19 @@ def build_ltx2(seed: int = 0, *, num_layers: int = 2, num_heads: int = 2, head_d
     audio latent [B, 8, L, 16] (L audio tokens), which the sampler packs into one tensor and
     describes by ``latent_shapes``. The Gemma 3 text encoder gives [B, n, caption_channels]
     marked ``unprocessed_ltxav_embeds``: the model's own text connectors (extra_conds) turn it
-    into video and audio contexts of 1024 tokens (n plus learnable registers)."""
+    into video and audio contexts of 1024 tokens (n plus learnable registers).
+
+    ``ltx23``: LTX-2.3 / 2.5 (``tiny_models.LTX23_SWITCHES``: gated attention, cross-attention
+    AdaLN, the text projection in the text encoder). Their encoder's dual projection gives
+    [B, n, video width + audio width], still marked unprocessed; the model splits it between
+    its video and audio connectors."""
     ok, reason = ltx2_available()
     if not ok:
         raise RuntimeError(reason)
     import torch
     seed_sd, metadata = tiny_models.ltx2_seed(num_layers=num_layers, num_heads=num_heads, head_dim=head_dim,
                                               audio_heads=audio_heads, audio_head_dim=audio_head_dim,
-                                              caption_channels=caption_channels)
+                                              caption_channels=caption_channels, ltx23=ltx23)
     sd = tiny_models.detected_state_dict(seed_sd, seed, metadata)
     patcher = load_state_dict(sd, metadata=metadata)
     block = patcher.model.diffusion_model.transformer_blocks[0]
@@ -290,18 +372,25 @@ def build_ltx2(seed: int = 0, *, num_layers: int = 2, num_heads: int = 2, head_d
     if got != (num_heads, head_dim, audio_heads, audio_head_dim):
         raise RuntimeError(f"ComfyUI built LTX-2 with (heads, head dim, audio heads, audio head dim) {got}, "
                            "not the sizes of the config metadata: its LTXAVModel arguments changed")
+    switches = (getattr(block.attn1, "to_gate_logits", None) is not None,
+                getattr(patcher.model.diffusion_model, "cross_attention_adaln", False))
+    if ltx23 and switches != (True, True):
+        raise RuntimeError("ComfyUI built LTX-2.3 without gated attention or cross-attention AdaLN: "
+                           "its LTXAVModel no longer reads those switches from the config metadata")
+    text_width = num_heads * head_dim + audio_heads * audio_head_dim if ltx23 else caption_channels
 
     def conditioning(cond_seed: int):
         gen = torch.Generator().manual_seed(cond_seed)
         extra = {"unprocessed_ltxav_embeds": True, "frame_rate": 25}
-        pos = [[_text(gen, 1, text_tokens, caption_channels), dict(extra)]]
-        neg = [[_text(gen, 1, text_tokens, caption_channels), dict(extra)]]
+        pos = [[_text(gen, 1, text_tokens, text_width), dict(extra)]]
+        neg = [[_text(gen, 1, text_tokens, text_width), dict(extra)]]
         return pos, neg
 
-    return TinyModel("ltx2", patcher, sd, tuple(latent_shape), conditioning, "LTXAV", "LTXAV", num_heads, head_dim,
+    return TinyModel("ltx23" if ltx23 else "ltx2", patcher, sd, tuple(latent_shape), conditioning, "LTXAV", "LTXAV",
+                     num_heads, head_dim,
                      # per block: video self, video text cross, audio self, audio text cross,
                      # audio-to-video and video-to-audio cross-attention
-                     6 * num_layers, audio_latent_shape=tuple(audio_latent_shape))
+                     6 * num_layers, audio_latent_shape=tuple(audio_latent_shape), patch_size=(1, 1, 1))
 
 
 BUILDERS: dict[str, Callable[..., TinyModel]] = {
@@ -310,6 +399,10 @@ BUILDERS: dict[str, Callable[..., TinyModel]] = {
     "hunyuan_video": build_hunyuan_video,
     "ltxv": build_ltxv,
     "ltx2": build_ltx2,
+    "hunyuan_video15": build_hunyuan_video15,
+    "hunyuan_video15_i2v": lambda seed=0, **kw: build_hunyuan_video15(seed, i2v=True, glyph_tokens=4, **kw),
+    "wan22_ti2v": build_wan22_ti2v,
+    "ltx23": lambda seed=0, **kw: build_ltx2(seed, ltx23=True, **kw),
 }
 
 
@@ -341,16 +434,17 @@ def empty_latent(tiny: TinyModel, latent_shape=None):
 
 
 def sample(tiny: TinyModel, *, seed: int = 0, steps: int = 2, cfg: float = 1.0, sampler_name: str = "euler",
-           scheduler: str = "simple", model=None, latent_shape=None):
+           scheduler: str = "simple", model=None, latent_shape=None, noise_mask=None):
     """comfy.sample.sample on an empty latent; returns the output latent (process_latent_out'ed;
-    for LTX-2 a NestedTensor [video, audio])."""
+    for LTX-2 a NestedTensor [video, audio]). ``noise_mask``: the latent's noise mask, as a
+    latent node sets it (0 keeps the latent, e.g. Wan 2.2 TI2V's start frame)."""
     import comfy.sample
     model = model if model is not None else tiny.patcher
     latent = comfy.sample.fix_empty_latent_channels(model, empty_latent(tiny, latent_shape))
     noise = comfy.sample.prepare_noise(latent, seed)
     positive, negative = tiny.make_conditioning(seed + 1)
     return comfy.sample.sample(model, noise, steps, cfg, sampler_name, scheduler, positive, negative, latent,
-                               seed=seed, disable_pbar=True)
+                               noise_mask=noise_mask, seed=seed, disable_pbar=True)
 
 
 def flat(latent):

@@ -89,13 +89,13 @@ def comfyui(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def tiny_model(comfyui):
-    """tiny_model(family, seed=0) -> TinyModel, built once per (family, seed). LTX-2 skips (with
-    the reason) on a ComfyUI without it."""
+    """tiny_model(family, seed=0) -> TinyModel, built once per (family, seed). LTX-2 and LTX-2.3
+    skip (with the reason) on a ComfyUI without them."""
     from comfyui_harness import BUILDERS, ltx2_available
     cache = {}
 
     def get(family: str, seed: int = 0):
-        if family == "ltx2":
+        if family in ("ltx2", "ltx23"):
             ok, reason = ltx2_available()
             if not ok:
                 pytest.skip(reason)

@@ -8,7 +8,9 @@ tests/comfyui_harness.py; ``pack`` is the fixture of tests/conftest.py.
 * ``models_folder``, ``table_in_models``, ``saved_and_loaded``: files in ComfyUI's models
   folders and what the nodes load from them.
 * ``check_hunyuan_join_order``: which rows of HunyuanVideo's joint attention reach a kernel
-  op, read off ComfyUI's own layers (``sample_seeing_hunyuan_layers``, ``value_rows``).
+  op, read off ComfyUI's own layers (``sample_seeing_hunyuan_layers``, ``value_rows``);
+  ``hunyuan_non_video_tokens``: what ComfyUI put on the text side of that attention (HunyuanVideo
+  1.5: vision, glyph and text tokens), from the same recording.
 """
 from __future__ import annotations
 
@@ -93,7 +95,13 @@ def _hunyuan_truth_hooks(dm, seen):
     def keep(name, pick):  # a copy: the blocks add to their inputs in place
         return lambda module, args, out=None: seen.__setitem__(name, pick(args, out).clone())
 
-    return [
+    # the text side as the double block gets it, and the layers it is made of (the ByT5 and
+    # vision embedders run only when the conditioning has glyph or image tokens)
+    embedders = [module.register_forward_hook(keep(name, lambda a, o: o))
+                 for name in ("txt_in", "byt5_in", "vision_in") if (module := getattr(dm, name, None)) is not None]
+    txt_in_block = double.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.__setitem__("double_txt_in", kwargs["txt"].clone()), with_kwargs=True)
+    return embedders + [txt_in_block,
         double.img_attn.qkv.register_forward_hook(keep("double_img_qkv", lambda a, o: o)),
         double.txt_attn.qkv.register_forward_hook(keep("double_txt_qkv", lambda a, o: o)),
         double.img_attn.proj.register_forward_pre_hook(keep("double_img_attn", lambda a, o: a[0])),
@@ -118,6 +126,27 @@ def sample_seeing_hunyuan_layers(tiny, model):
     return seen
 
 
+def hunyuan_non_video_tokens(tiny, seen) -> dict:
+    """The text side of HunyuanVideo's joint attention, from ``sample_seeing_hunyuan_layers``'
+    recording, checked against the layers it is made of: HunyuanVideo 1.5 joins [vision, glyph,
+    text] (SigLIP through vision_in, ByT5 through byt5_in, Qwen through txt_in, each plus its
+    cond_type_embedding row: text 0, glyph 1, vision 2). Returns the token count of each kind."""
+    dm = tiny.patcher.model.diffusion_model
+    kinds = [("vision", "vision_in", 2), ("glyph", "byt5_in", 1), ("text", "txt_in", 0)]
+    parts, counts = [], {}
+    for kind, layer, type_id in kinds:
+        if layer not in seen:
+            counts[kind] = 0
+            continue
+        rows = seen[layer]
+        if dm.cond_type_embedding is not None:
+            rows = rows + dm.cond_type_embedding.weight[type_id].to(rows.dtype)
+        parts.append(rows)
+        counts[kind] = rows.shape[1]
+    torch.testing.assert_close(seen["double_txt_in"], torch.cat(parts, dim=1), rtol=0, atol=0)
+    return counts
+
+
 def value_rows(qkv, heads):
     """The value rows (B, L, H, D) of a fused q/k/v projection's output (B, L, 3·H·D)."""
     b, n, _ = qkv.shape
@@ -130,7 +159,8 @@ def check_hunyuan_join_order(pack, monkeypatch, tiny, op_name, model):
     video tokens first (they are the kernel's grid), the text after them, and the call's
     output handed back in ComfyUI's order. The order is read off the rows of ComfyUI's own
     image and text layers, not from the pack's idea of it: ComfyUI 0.3.75 joins HunyuanVideo's
-    joint attention as [video, text], 0.33 as [text, video]."""
+    joint attention as [video, text], 0.33 as [text, video]. Returns the recording of ComfyUI's
+    layers (for ``hunyuan_non_video_tokens``)."""
     kernel_calls = []
     real_op = getattr(pack.ops, op_name)
 
@@ -161,3 +191,4 @@ def check_hunyuan_join_order(pack, monkeypatch, tiny, op_name, model):
     attn = seen["single_attn"]
     torch.testing.assert_close(attn[:, video_rows], single_out[:, :n_video].flatten(2), **exact)
     torch.testing.assert_close(attn[:, text_rows], single_out[:, n_video:].flatten(2), **exact)
+    return seen

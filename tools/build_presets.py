@@ -124,6 +124,40 @@ SPECS = {
                   "the text tokens of the joint attention are PSA extra tokens (always kept) and were not "
                   "part of this synthetic search",
     ),
+    "hunyuan_video1.5_720p_121f": dict(
+        family="hunyuan_video", model_name="HunyuanVideo 1.5 (8.3B, t2v and i2v)",
+        fingerprint=dict(layers=54, heads=16, head_dim=128, hidden_size=2048),
+        video="1280x720, 121 frames; HunyuanVideo 1.5 VAE 4x16x16 (EmptyHunyuanVideo15Latent), patch 1x1x1",
+        grid=(31, 45, 80), tile=(3, 8, 16), rope="hunyuan", bank=16,
+        arch="54 double-stream blocks and no single-stream ones (layers 0-53), hidden 2048, num_heads = "
+             "hidden // 128 = 16; 3D RoPE theta 256, axes_dim 16/56/56 (comfy/model_detection.py, class "
+             "HunyuanVideo15 for a file with vision_in)",
+        tile_note="tile 3x8x16 as the PSA paper's HunyuanVideo 720p one (appendix C.2): grid padded to 33x48x80, "
+                  "block grid 11x6x5; the text, glyph and (i2v) SigLIP vision tokens of the joint attention are PSA "
+                  "extra tokens (always kept) and were not part of this synthetic search",
+    ),
+    "wan2.2_ti2v_5b_720p_121f": dict(
+        family="wan", model_name="Wan2.2-TI2V-5B",
+        fingerprint=dict(layers=30, heads=24, head_dim=128, hidden_size=3072),
+        video="1280x704, 121 frames (Wan22ImageToVideoLatent's default size); Wan 2.2 VAE 4x16x16, patch 1x2x2",
+        grid=(31, 22, 40), tile=(2, 8, 8), rope="wan", bank=16,
+        arch="WanModel dim 3072, 30 blocks, in/out 48 channels (detected as WAN22_T2V), num_heads = dim // 128 = 24; "
+             "3D RoPE theta 10000, split 44/42/42 (comfy/ldm/wan/model.py)",
+        tile_note="tile 2x8x8 (128 tokens): grid padded to 32x24x40, block grid 16x3x5; the paper gives no tile "
+                  "for this grid",
+    ),
+    "ltx2.3_720p_121f": dict(
+        family="ltx2", model_name="LTX-2.3 / LTX-2.5 (LTXAVModel 22B video stream)",
+        fingerprint=dict(layers=48, heads=32, head_dim=128, hidden_size=4096),
+        video="1280x720 (latent as 1280x704), 121 frames (5 s at 24 fps, ComfyUI's LTX-2.5 template; its LTX-2.3 "
+              "template's 5 s at 25 fps, 126 frames, has the same 16 latent frames); LTX VAE 8x32x32, patch 1",
+        grid=(16, 22, 40), tile=(2, 4, 8), rope="ltx2", bank=2, frame_rate=24.0,
+        arch="LTXAVModel num_layers 48, num_attention_heads 32, attention_head_dim 128 from the file's config "
+             "metadata, with gated attention and cross-attention AdaLN (comfy/ldm/lightricks/av_model.py); split "
+             "RoPE theta 10000, max_pos 20/2048/2048, VAE scale 8/32/32, frame rate 24",
+        tile_note="tile 2x4x8 (64 tokens): grid padded to 16x24x40, block grid 8x6x5; the grid of the templates' "
+                  "second (upscaled) stage at 1280x720",
+    ),
     "ltx2_720p_121f": dict(
         family="ltx2", model_name="LTX-2 (LTXAVModel video stream)",
         fingerprint=dict(layers=48, heads=32, head_dim=128, hidden_size=4096),
@@ -144,7 +178,7 @@ def bank_of(spec):
         H = spec["fingerprint"]["heads"]
         out = []
         for h in range(H):
-            rope = rope_ltx2_head(h, heads=H, head_dim=hd)
+            rope = rope_ltx2_head(h, heads=H, head_dim=hd, frame_rate=spec.get("frame_rate", 25.0))
             for v in range(spec["bank"]):
                 out.append((DEFAULT_MIX[(spec["bank"] * h + v) % len(DEFAULT_MIX)], rope, SEED + 1000 + h, h))
         return out

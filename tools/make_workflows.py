@@ -2,6 +2,16 @@
 
     python tools/make_workflows.py                       # starts ComfyUI (CPU) for /object_info
     python tools/make_workflows.py --object-info FILE    # or reads a saved /object_info
+    python tools/make_workflows.py --only NAME ...       # these workflows only
+
+Each workflow is written from the /object_info of the ComfyUI in ``WRITTEN_WITH`` (0.3.75,
+the default ComfyUI, unless it lacks the workflow's nodes): the LTX-2.5 workflow needs LTXAV's
+nodes, so it is written on 0.33.0:
+
+    COMFYUI_PATH=$PWD/.cache/comfyui-src/ComfyUI-0.33.0 .venv-comfyui-0.33/bin/python \
+        tools/make_workflows.py --only ltx2.5_t2v_720p_sol_attn.json
+
+A workflow whose nodes the running ComfyUI lacks is skipped with a message.
 
 Each node's ``widgets_values`` is laid out from the running ComfyUI's /object_info: one value
 per widget input in ``input_order`` (required, then optional), plus the extra value the
@@ -48,14 +58,37 @@ URLS = {
         f"{HF}/Lightricks/LTX-Video/resolve/main/ltx-video-2b-v0.9.5.safetensors",
     "t5xxl_fp16.safetensors":
         f"{HF}/comfyanonymous/flux_text_encoders/resolve/main/t5xxl_fp16.safetensors",
+    "wan2.2_ti2v_5B_fp16.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files/diffusion_models/wan2.2_ti2v_5B_fp16.safetensors",
+    "wan2.2_vae.safetensors":
+        f"{HF}/Comfy-Org/Wan_2.2_ComfyUI_Repackaged/resolve/main/split_files/vae/wan2.2_vae.safetensors",
+    "hunyuanvideo1.5_720p_t2v_fp16.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files/diffusion_models/hunyuanvideo1.5_720p_t2v_fp16.safetensors",
+    "qwen_2.5_vl_7b_fp8_scaled.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files/text_encoders/qwen_2.5_vl_7b_fp8_scaled.safetensors",
+    "byt5_small_glyphxl_fp16.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files/text_encoders/byt5_small_glyphxl_fp16.safetensors",
+    "hunyuanvideo15_vae_fp16.safetensors":
+        f"{HF}/Comfy-Org/HunyuanVideo_1.5_repackaged/resolve/main/split_files/vae/hunyuanvideo15_vae_fp16.safetensors",
+    "ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors":
+        f"{HF}/Lightricks/LTX-2.5/resolve/main/diffusion_models/ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors",
+    "ltx-2.5-video-vae-bf16.safetensors": f"{HF}/Lightricks/LTX-2.5/resolve/main/vae/ltx-2.5-video-vae-bf16.safetensors",
+    "ltx-2.5-audio-vae-bf16.safetensors": f"{HF}/Lightricks/LTX-2.5/resolve/main/vae/ltx-2.5-audio-vae-bf16.safetensors",
+    "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors":
+        f"{HF}/Lightricks/LTX-2.5/resolve/main/text_encoders/gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",
 }
 MODEL_DIRS = {"UNETLoader": "diffusion_models", "CLIPLoader": "text_encoders", "DualCLIPLoader": "text_encoders",
               "VAELoader": "vae", "CheckpointLoaderSimple": "checkpoints"}
 
 
 def input_type(spec) -> str:
+    """An input's type; a combo's options list is "COMBO", and an input of several types (ComfyUI
+    0.33's MultiType, e.g. "FLOAT,INT") is the type of the widget the frontend gives it."""
     t = spec[0]
-    return "COMBO" if isinstance(t, list) else t
+    if isinstance(t, list):
+        return "COMBO"
+    opts = spec[1] if len(spec) > 1 and isinstance(spec[1], dict) else {}
+    return opts.get("widgetType", t)
 
 
 # ComfyUI 0.33's DynamicCombo (SaveVideo's format and codec): a combo whose chosen option brings
@@ -142,6 +175,10 @@ def patch_widgets(info: dict, workflow: str) -> dict:
     return widgets
 
 
+class MissingNode(KeyError):
+    """A node type the running ComfyUI does not have."""
+
+
 class Graph:
     def __init__(self, info: dict):
         self.info = info
@@ -153,6 +190,8 @@ class Graph:
              color=None) -> dict:
         widgets = dict(widgets or {})
         nid = len(self.nodes) + 1
+        if node_type not in ("Note", "MarkdownNote") and node_type not in self.info:
+            raise MissingNode(node_type)
         if node_type in ("Note", "MarkdownNote"):
             n = {"id": nid, "type": node_type, "pos": list(pos), "size": list(size), "flags": {}, "order": 0,
                  "mode": 0, "inputs": [], "outputs": [], "properties": {}, "widgets_values": [widgets.pop("text")],
@@ -439,6 +478,106 @@ def hunyuan_t2v(info) -> dict:
     return g.to_json()
 
 
+HUNYUAN15_PRESET = "hunyuan_video1.5_720p_121f.json"
+HUNYUAN15_WORKFLOW = "hunyuan_video1.5_t2v_720p_psa.json"
+
+
+def hunyuan15_t2v(info) -> dict:
+    """HunyuanVideo 1.5 T2V at 720p (the 720p stage of ComfyUI's own template), PSA with the
+    shipped preset."""
+    g = Graph(info)
+    unet = g.node("UNETLoader", (0, 0), {"unet_name": "hunyuanvideo1.5_720p_t2v_fp16.safetensors", "weight_dtype": "default"}, (400, 90))
+    clip = g.node("DualCLIPLoader", (0, 130), {"clip_name1": "qwen_2.5_vl_7b_fp8_scaled.safetensors",
+                                                "clip_name2": "byt5_small_glyphxl_fp16.safetensors",
+                                                "type": "hunyuan_video_15", "device": "default"}, (400, 130))
+    vae = g.node("VAELoader", (0, 300), {"vae_name": "hunyuanvideo15_vae_fp16.safetensors"}, (400, 60))
+    preset = g.node("LoadStripeMaskPreset", (460, 0), {"preset_name": HUNYUAN15_PRESET}, (340, 60), color=PATCH_COLOR)
+    patch = g.node("SparseAttentionPatch", (460, 100), patch_widgets(info, HUNYUAN15_WORKFLOW), (340, 340), color=PATCH_COLOR)
+    shift = g.node("ModelSamplingSD3", (460, 480), {"shift": 7.0}, (340, 60))
+    pos = g.node("CLIPTextEncode", (840, 0), {"text": "A paper lantern drifts up from a night market into the dark sky, the camera "
+                                              "follows it past strings of lights and steaming food stalls, warm glow, gentle "
+                                              "breeze, cinematic"}, (420, 160), title="Positive prompt")
+    neg = g.node("CLIPTextEncode", (840, 200), {"text": ""}, (420, 100), title="Negative prompt")
+    latent = g.node("EmptyHunyuanVideo15Latent", (840, 340), {"width": 1280, "height": 720, "length": 121, "batch_size": 1}, (320, 130))
+    ks = g.node("KSampler", (1300, 0), {"seed": 20251129, "seed:control": "fixed", "steps": 20, "cfg": 6.0,
+                                        "sampler_name": "euler", "scheduler": "simple", "denoise": 1.0}, (320, 270))
+    dec = g.node("VAEDecodeTiled", (1300, 310), {"tile_size": 512, "overlap": 64, "temporal_size": 64, "temporal_overlap": 8}, (320, 150))
+    vid = g.node("CreateVideo", (1300, 500), {"fps": 24.0}, (220, 80))
+    save = g.node("SaveVideo", (1660, 0), {"filename_prefix": "video/hunyuan_video15_t2v_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    g.node("Note", (0, 400), {"text": note_text("HunyuanVideo 1.5 T2V, 1280x720, 121 frames", "PSA with a stripe-mask preset", HUNYUAN15_WORKFLOW, [
+        f"preset {HUNYUAN15_PRESET} from 'Load Stripe Mask Preset': made for this resolution and length (token grid "
+        "31 x 45 x 80); another size needs another preset (or preset_grid rescale, approximate)",
+        WARMUP_AND_DENSE_BLOCKS + "; the text tokens (and with image-to-video the SigLIP vision tokens) always "
+        "attend densely",
+        "image-to-video (hunyuanvideo1.5_720p_i2v_fp16.safetensors with HunyuanVideo15ImageToVideo and "
+        "CLIPVisionEncode) takes the same patch and preset",
+        "the other widgets (beta, target_sparsity, estimator, sol_tile) are Sol-Attn settings and are ignored by psa",
+        "sampler as ComfyUI's HunyuanVideo 1.5 template: 20 steps, cfg 6, euler, shift 7"])}, (400, 360), title="Read me")
+    g.link(unet, 0, shift, "model")
+    g.link(shift, 0, patch, "model")
+    g.link(preset, 0, patch, "preset")
+    g.link(patch, 0, ks, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, ks, "positive")
+    g.link(neg, 0, ks, "negative")
+    g.link(latent, 0, ks, "latent_image")
+    g.link(ks, 0, dec, "samples")
+    g.link(vae, 0, dec, "vae")
+    g.link(dec, 0, vid, "images")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 440, 440))
+    g.group("Sparse attention (PSA)", (440, -60, 380, 620), color="#3f8f6e")
+    return g.to_json()
+
+
+WAN22_5B_WORKFLOW = "wan2.2_ti2v_5B_720p_sol_attn.json"
+
+
+def wan22_ti2v_5b(info) -> dict:
+    """Wan 2.2 TI2V 5B at 1280x704, 121 frames (ComfyUI's own template), Sol-Attn; text-to-video
+    as shipped, image-to-video with a start image."""
+    g = Graph(info)
+    unet = g.node("UNETLoader", (0, 0), {"unet_name": "wan2.2_ti2v_5B_fp16.safetensors", "weight_dtype": "default"}, (380, 90))
+    clip = g.node("CLIPLoader", (0, 140), {"clip_name": "umt5_xxl_fp8_e4m3fn_scaled.safetensors", "type": "wan", "device": "default"}, (380, 110))
+    vae = g.node("VAELoader", (0, 300), {"vae_name": "wan2.2_vae.safetensors"}, (380, 60))
+    patch = g.node("SparseAttentionPatch", (440, 0), patch_widgets(info, WAN22_5B_WORKFLOW), (340, 320), color=PATCH_COLOR)
+    shift = g.node("ModelSamplingSD3", (440, 360), {"shift": 8.0}, (340, 60))
+    pos = g.node("CLIPTextEncode", (820, 0), {"text": "A street musician plays guitar in a retro subway station, commuters hurry by and "
+                                              "a small crowd gathers, the camera slowly moves right, warm dim light"},
+                 (420, 160), title="Positive prompt")
+    neg = g.node("CLIPTextEncode", (820, 200), {"text": NEGATIVE_WAN}, (420, 130), title="Negative prompt")
+    latent = g.node("Wan22ImageToVideoLatent", (820, 370), {"width": 1280, "height": 704, "length": 121, "batch_size": 1}, (340, 170))
+    ks = g.node("KSampler", (1280, 0), {"seed": 20251129, "seed:control": "fixed", "steps": 20, "cfg": 5.0,
+                                        "sampler_name": "uni_pc", "scheduler": "simple", "denoise": 1.0}, (320, 270))
+    dec = g.node("VAEDecode", (1280, 310), {}, (220, 50))
+    vid = g.node("CreateVideo", (1280, 400), {"fps": 24.0}, (220, 80))
+    save = g.node("SaveVideo", (1640, 0), {"filename_prefix": "video/wan22_ti2v_5b_sparse", "format": "auto", "codec": "auto"}, (420, 420))
+    g.node("Note", (0, 400), {"text": note_text("Wan 2.2 TI2V 5B, 1280x704, 121 frames", "Sol-Attn", WAN22_5B_WORKFLOW, [
+        WARMUP_AND_DENSE_BLOCKS,
+        "min_tokens 4096: short sequences stay dense (1280x704 x 121 frames is 27,280 tokens: the 5B's VAE "
+        "compresses 16x in space)",
+        "image-to-video: connect a Load Image node to the start_image input of Wan22ImageToVideoLatent; the "
+        "patch needs no other change",
+        "sampler as ComfyUI's Wan 2.2 5B template: 20 steps, cfg 5, uni_pc, shift 8"])}, (380, 360), title="Read me")
+    g.link(unet, 0, shift, "model")
+    g.link(shift, 0, patch, "model")
+    g.link(patch, 0, ks, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, ks, "positive")
+    g.link(neg, 0, ks, "negative")
+    g.link(vae, 0, latent, "vae")
+    g.link(latent, 0, ks, "latent_image")
+    g.link(ks, 0, dec, "samples")
+    g.link(vae, 0, dec, "vae")
+    g.link(dec, 0, vid, "images")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 420, 440))
+    g.group("Sparse attention", (420, -60, 380, 500), color="#3f8f6e")
+    return g.to_json()
+
+
 LTXV_WORKFLOW = "ltxv_t2v_sol_attn.json"
 
 
@@ -488,13 +627,91 @@ def ltxv_t2v(info) -> dict:
     return g.to_json()
 
 
+LTX25_WORKFLOW = "ltx2.5_t2v_720p_sol_attn.json"
+LTX25_DISTILLED_SIGMAS = "1.0, 0.99375, 0.9875, 0.98125, 0.975, 0.909375, 0.725, 0.421875, 0.0"
+
+
+def ltx25_t2v(info) -> dict:
+    """LTX-2.5 text-to-video with audio, 1280x720, 121 frames at 24 fps, in one stage (ComfyUI's
+    template samples half the size, then upscales and refines), Sol-Attn; the distilled
+    model's 8 sigmas."""
+    g = Graph(info)
+    unet = g.node("UNETLoader", (0, 0), {"unet_name": "ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors",
+                                         "weight_dtype": "default"}, (400, 90))
+    clip = g.node("CLIPLoader", (0, 130), {"clip_name": "gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors",
+                                            "type": "ltxv", "device": "default"}, (400, 110))
+    vae = g.node("VAELoader", (0, 280), {"vae_name": "ltx-2.5-video-vae-bf16.safetensors"}, (400, 60), title="Video VAE")
+    audio_vae = g.node("VAELoader", (0, 380), {"vae_name": "ltx-2.5-audio-vae-bf16.safetensors"}, (400, 60), title="Audio VAE")
+    patch = g.node("SparseAttentionPatch", (460, 0), patch_widgets(info, LTX25_WORKFLOW), (340, 320), color=PATCH_COLOR)
+    pos = g.node("CLIPTextEncode", (840, 0), {"text": "A lighthouse on a rocky coast at dusk, waves crash against the rocks and "
+                                              "spray drifts in the wind, the beam sweeps over the water, gulls call, the "
+                                              "camera slowly pushes in"}, (420, 160), title="Positive prompt")
+    neg = g.node("CLIPTextEncode", (840, 200), {"text": "pc game, console game, video game, cartoon, childish, ugly"},
+                 (420, 100), title="Negative prompt")
+    cond = g.node("LTXVConditioning", (840, 340), {"frame_rate": 24.0}, (320, 80))
+    video = g.node("EmptyLTXVLatentVideo", (840, 460), {"width": 1280, "height": 720, "length": 121, "batch_size": 1}, (320, 130))
+    audio = g.node("LTXVEmptyLatentAudio", (840, 630), {"frames_number": 121, "frame_rate": 24, "batch_size": 1}, (320, 130))
+    av = g.node("LTXVConcatAVLatent", (1200, 460), {}, (260, 60))
+    guider = g.node("CFGGuider", (1300, 0), {"cfg": 1.0}, (320, 100))
+    noise = g.node("RandomNoise", (1300, 140), {"noise_seed": 20251129, "noise_seed:control": "fixed"}, (320, 90))
+    sampler = g.node("KSamplerSelect", (1300, 270), {"sampler_name": "euler"}, (320, 60))
+    sigmas = g.node("ManualSigmas", (1300, 370), {"sigmas": LTX25_DISTILLED_SIGMAS}, (320, 80))
+    sca = g.node("SamplerCustomAdvanced", (1660, 0), {}, (300, 120))
+    split = g.node("LTXVSeparateAVLatent", (1660, 160), {}, (300, 60))
+    dec = g.node("VAEDecodeTiled", (1660, 260), {"tile_size": 512, "overlap": 64, "temporal_size": 64,
+                                                 "temporal_overlap": 16}, (300, 150))
+    adec = g.node("LTXVAudioVAEDecode", (1660, 450), {}, (300, 60))
+    vid = g.node("CreateVideo", (1660, 550), {"fps": 24.0, "bit_depth": 8}, (260, 100))
+    save = g.node("SaveVideo", (2000, 0), {"filename_prefix": "video/ltx25_t2v_sparse", "format": "auto", "format.codec": "auto",
+                                           "codec": "auto"}, (420, 420))  # 0.33: format is a dynamic combo
+    g.node("Note", (0, 480), {"text": note_text("LTX-2.5 T2V with audio, 1280x720, 121 frames at 24 fps", "Sol-Attn", LTX25_WORKFLOW, [
+        "only the video self-attention goes sparse; the audio, text and audio-video attention stay dense",
+        WARMUP_AND_DENSE_BLOCKS + "; warmup counts the 8 steps of the distilled sigmas (2 dense)",
+        "1280x720 x 121 frames is 14,080 video tokens (LTX-2's VAE compresses 32x in space, 8x in time)",
+        "LTX-2.3: the same graph with its transformer, video and audio VAE and Gemma text encoder files",
+        "one stage at 1280x720 with the distilled sigmas, cfg 1; ComfyUI's own LTX-2.5 template samples at "
+        "half size and upscales: patch each sampling model the same way"])}, (400, 360), title="Read me")
+    g.link(unet, 0, patch, "model")
+    g.link(patch, 0, guider, "model")
+    g.link(clip, 0, pos, "clip")
+    g.link(clip, 0, neg, "clip")
+    g.link(pos, 0, cond, "positive")
+    g.link(neg, 0, cond, "negative")
+    g.link(cond, 0, guider, "positive")
+    g.link(cond, 1, guider, "negative")
+    g.link(audio_vae, 0, audio, "audio_vae")
+    g.link(video, 0, av, "video_latent")
+    g.link(audio, 0, av, "audio_latent")
+    g.link(noise, 0, sca, "noise")
+    g.link(guider, 0, sca, "guider")
+    g.link(sampler, 0, sca, "sampler")
+    g.link(sigmas, 0, sca, "sigmas")
+    g.link(av, 0, sca, "latent_image")
+    g.link(sca, 0, split, "av_latent")
+    g.link(split, 0, dec, "samples")
+    g.link(vae, 0, dec, "vae")
+    g.link(split, 1, adec, "samples")
+    g.link(audio_vae, 0, adec, "audio_vae")
+    g.link(dec, 0, vid, "images")
+    g.link(adec, 0, vid, "audio")
+    g.link(vid, 0, save, "video")
+    g.group("Models", (-20, -60, 440, 520))
+    g.group("Sparse attention", (440, -60, 380, 400), color="#3f8f6e")
+    return g.to_json()
+
+
 WORKFLOWS = {
     WAN_SOL_WORKFLOW: lambda info: wan21_t2v(info, "sol_attn"),
     WAN_PSA_WORKFLOW: lambda info: wan21_t2v(info, "psa"),
     WAN22_WORKFLOW: wan22_i2v,
     HUNYUAN_WORKFLOW: hunyuan_t2v,
     LTXV_WORKFLOW: ltxv_t2v,
+    HUNYUAN15_WORKFLOW: hunyuan15_t2v,
+    WAN22_5B_WORKFLOW: wan22_ti2v_5b,
+    LTX25_WORKFLOW: ltx25_t2v,
 }
+# The ComfyUI whose /object_info a workflow is written from (the oldest that has its nodes).
+WRITTEN_WITH = {name: "0.3.75" for name in WORKFLOWS} | {LTX25_WORKFLOW: "0.33.0"}
 
 
 def fetch_object_info() -> dict:
@@ -527,12 +744,18 @@ def workflow_text(value, indent: str = "") -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--object-info", type=Path, help="a saved /object_info JSON (default: start ComfyUI)")
+    ap.add_argument("--only", nargs="+", choices=sorted(WORKFLOWS), help="write these workflows only")
     args = ap.parse_args(argv)
     info = json.loads(args.object_info.read_text()) if args.object_info else fetch_object_info()
     OUT.mkdir(exist_ok=True)
-    for name, build in WORKFLOWS.items():
+    for name in args.only or WORKFLOWS:
+        try:
+            wf = WORKFLOWS[name](info)
+        except MissingNode as e:
+            print(f"skipped {name}: this ComfyUI has no node {e.args[0]} (written with ComfyUI {WRITTEN_WITH[name]})")
+            continue
         path = OUT / name
-        path.write_text(workflow_text(build(info)) + "\n")
+        path.write_text(workflow_text(wf) + "\n")
         print("wrote", path.relative_to(ROOT))
 
 

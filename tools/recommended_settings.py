@@ -46,19 +46,28 @@ def _shown(value) -> str:
     return "–".join(f"{v:.{decimals}f}" for v in value)
 
 
+NOT_MEASURED = "not measured yet"
+
 RECOMMENDED = (
     Recommendation(
-        models="Wan 2.1 / 2.2 (t2v, i2v), 720p", method="sol_attn",
+        models="Wan 2.1 / 2.2 A14B (t2v, i2v), 720p", method="sol_attn",
         settings={"target_sparsity": (0.85, 0.90), "warmup": 0.2, "dense_blocks": "0"},
         measured="Wan2.1-14B forward 2.13–2.14× (0.85) / 2.39× (0.90) "
                  "(`e2e_comfyui_h200_wan_{no_lists,routing_kernels}.json`)",
         workflows=("wan2.1_t2v_14B_720p_sol_attn.json", "wan2.2_i2v_A14B_two_stage_sol_attn.json")),
     Recommendation(
-        models="Wan 2.1 / 2.2, 720p", method="psa", shipped_preset=True,
+        models="Wan 2.1 / 2.2 A14B, 720p", method="psa", shipped_preset=True,
         settings={"warmup": 0.2, "dense_blocks": "0"},
         measured="Wan2.1-14B forward 1.85–1.86×, preset 66 % sparse (`e2e_comfyui_h200_wan_no_lists.json`, "
                  "`…_edge_cover*.json`)",
         workflows=("wan2.1_t2v_14B_720p_psa.json",)),
+    Recommendation(
+        models="Wan 2.2 TI2V 5B (t2v, ti2v), 1280×704", method="sol_attn",
+        settings={"target_sparsity": (0.85, 0.90), "warmup": 0.2, "dense_blocks": "0"},
+        measured=NOT_MEASURED, workflows=("wan2.2_ti2v_5B_720p_sol_attn.json",)),
+    Recommendation(
+        models="Wan 2.2 TI2V 5B, 1280×704", method="psa", shipped_preset=True,
+        settings={"warmup": 0.2, "dense_blocks": "0"}, measured=NOT_MEASURED),
     Recommendation(
         models="HunyuanVideo 720p", method="psa", shipped_preset=True,
         settings={"warmup": 0.2, "dense_blocks": "0"},
@@ -72,11 +81,22 @@ RECOMMENDED = (
         measured="HunyuanVideo-13B forward 2.65× at 0.85 (3.11× at 0.90), default 3D tiles "
                  "(`e2e_comfyui_h200_hunyuan_per_head.json`)"),
     Recommendation(
-        models="LTX-Video 0.9 / LTX-2", method="sol_attn",
+        models="HunyuanVideo 1.5 (t2v, i2v), 720p", method="psa", shipped_preset=True,
+        settings={"warmup": 0.2, "dense_blocks": "0"},
+        measured=NOT_MEASURED, workflows=("hunyuan_video1.5_t2v_720p_psa.json",)),
+    Recommendation(
+        models="HunyuanVideo 1.5 (t2v, i2v), 720p", method="sol_attn",
+        settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
+        remark="text, glyph and vision tokens are kept exact", measured=NOT_MEASURED),
+    Recommendation(
+        models="LTX-Video 0.9 / LTX-2 / 2.3 / 2.5", method="sol_attn",
         settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
         measured="LTX-Video 0.9 2B forward 1.26× (self-attention is half of it; "
-                 "`e2e_comfyui_h200_ltxv.json`); LTX-2 not measured",
-        workflows=("ltxv_t2v_sol_attn.json",)),
+                 "`e2e_comfyui_h200_ltxv.json`); LTX-2, 2.3 and 2.5 not measured",
+        workflows=("ltxv_t2v_sol_attn.json", "ltx2.5_t2v_720p_sol_attn.json")),
+    Recommendation(
+        models="LTX-2 / 2.3 / 2.5, 720p", method="psa", shipped_preset=True,
+        settings={"warmup": 0.2, "dense_blocks": "0"}, measured=NOT_MEASURED),
 )
 
 

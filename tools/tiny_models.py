@@ -14,15 +14,26 @@ reference, files that ComfyUI's own loaders detect as the real thing:
   loader reads ``dim`` from ``decoder.head.0.gamma``, so any size is detected);
 * the LTX-Video checkpoint (CheckpointLoaderSimple): transformer + VAE in one file with the
   ``config`` metadata entry real LTXV files carry (the loader reads the VAE blocks from it);
+* LTX-2.5's separate files (ComfyUI with LTXAV only): the transformer (UNETLoader) with
+  LTX-2.3's switches in its ``config`` metadata, the video VAE and the audio VAE (VAELoader:
+  LTX-Video's VAE class and LTX-2's audio VAE + vocoder, each sized by its ``config``
+  metadata as real files are);
 * the HunyuanVideo VAE (VAELoader): the loader builds a fixed-size 3D AutoencoderKL
   (ch 128, ch_mult 1,2,4,4); no smaller file is accepted, so it is written at full size
-  (about 246 M parameters, written in bfloat16, cached between runs).
+  (about 246 M parameters, written in bfloat16, cached between runs);
+* the Wan 2.2 and HunyuanVideo 1.5 VAEs (VAELoader) stand in as ComfyUI's own light decoders
+  for the same latents (``comfy.taesd.taehv.TAEHV``, the taew2_2 and lighttae_hv15 layouts,
+  which VAELoader detects by their keys: 48 latent channels, or 32 with a 12-channel last
+  layer). The real ones are built at a fixed size, 705 M and 1.26 B parameters, too large for
+  the CPU tests; the light decoders decode the same latent at the same 4x16x16 compression,
+  but cannot encode (the shipped workflows using them are text-to-video).
 
 Not possible with tiny files (the loaders build fixed-size models from JSON configs inside
-ComfyUI and ignore the file's shapes): the UMT5-XXL (Wan), T5-XXL (LTXV) and llava-llama-3-8B
-+ CLIP-L (HunyuanVideo) text encoders. Runs on tiny files replace CLIPLoader/DualCLIPLoader +
-CLIPTextEncode by the stand-in node in ``tools/tiny_text_encode`` (``TEXT_ENCODE_NODE_DIR``;
-conditioning of the real shapes, see tools/workflow_api.py ``tiny_run_prompt``).
+ComfyUI and ignore the file's shapes): the UMT5-XXL (Wan), T5-XXL (LTXV), llava-llama-3-8B
++ CLIP-L (HunyuanVideo), Qwen2.5-VL-7B + ByT5 (HunyuanVideo 1.5) and Gemma (LTX-2.5) text
+encoders. Runs on tiny files replace CLIPLoader/DualCLIPLoader + CLIPTextEncode by the
+stand-in node in ``tools/tiny_text_encode`` (``TEXT_ENCODE_NODE_DIR``; conditioning of the
+real shapes, see tools/workflow_api.py ``tiny_run_prompt``).
 
 ``standin_preset`` cuts a shipped PSA preset down to a tiny model and grid (needs the
 repository root on sys.path, for ``kernels``).
@@ -76,7 +87,9 @@ def wan_seed(*, dim: int = 128, num_layers: int = 2, ffn_dim: int | None = None,
              out_dim: int = 16, i2v: bool = False) -> dict:
     """Wan 2.1 / 2.2 (patch 1x2x2). Detection reads dim from head.modulation (heads = dim // 128),
     out_dim from head.head, ffn_dim and the block count from blocks.N.ffn.0, in_dim from
-    patch_embedding; img_emb.proj.0.bias makes it i2v (CLIP image cross-attention)."""
+    patch_embedding; img_emb.proj.0.bias makes it i2v (CLIP image cross-attention). Wan 2.2
+    TI2V 5B: ``in_dim = out_dim = 48`` (its 48-channel latent), which detection makes
+    WAN22_T2V (model_base WAN22: an image goes in as the first latent frame, not as channels)."""
     sd = {"head.modulation": _meta(1, 2, dim), "head.head.weight": _meta(out_dim * 4, dim),
           "patch_embedding.weight": _meta(dim, in_dim, 1, 2, 2)}
     for i in range(num_layers):
@@ -92,12 +105,34 @@ def hunyuan_video_seed(*, hidden_size: int = 128, depth: int = 1, depth_single_b
     Detection reads hidden size and patch from img_in.proj (heads = hidden // 128), the block
     counts from double_blocks.N / single_blocks.N, text width from txt_in.input_embedder;
     vector_in.* and guidance_in.* switch on the pooled vector and the guidance embedding."""
+    sd = _hunyuan_video_blocks(hidden_size, depth, depth_single_blocks, in_channels, out_channels, (1, 2, 2),
+                               text_dim)
+    sd["vector_in.in_layer.weight"] = _meta(hidden_size, 768)
+    sd["guidance_in.in_layer.weight"] = _meta(hidden_size, 256)
+    return sd
+
+
+def hunyuan_video15_seed(*, hidden_size: int = 128, depth: int = 2, depth_single_blocks: int = 0) -> dict:
+    """HunyuanVideo 1.5 (the 8.3B: hidden 2048, 16 heads, 54 double blocks and no single ones).
+    Patch 1x1x1 on the 32-channel latent of its 16x VAE, input 65 channels (noise 32 + image
+    latent 32 + mask 1, the same file for t2v and i2v), Qwen2.5-VL text 3584, no pooled vector
+    and no guidance embedding. vision_in.proj.0 (the SigLIP width, 1152) makes detection pick
+    HunyuanVideo15; cond_type_embedding and byt5_in (the glyph text of ByT5, 1472) are there
+    as in the released files."""
+    sd = _hunyuan_video_blocks(hidden_size, depth, depth_single_blocks, 65, 32, (1, 1, 1), 3584)
+    sd["vision_in.proj.0.weight"] = _meta(1152)
+    sd["cond_type_embedding.weight"] = _meta(3, hidden_size)
+    sd["byt5_in.fc1.weight"] = _meta(2048, 1472)
+    return sd
+
+
+def _hunyuan_video_blocks(hidden_size, depth, depth_single_blocks, in_channels, out_channels, patch, text_dim):
+    """The keys every HunyuanVideo file has: the text refiner, the patch embedding and final
+    layer, the text input width and the double / single blocks."""
     sd = {"txt_in.individual_token_refiner.blocks.0.norm1.weight": _meta(hidden_size),
-          "img_in.proj.weight": _meta(hidden_size, in_channels, 1, 2, 2),
-          "final_layer.linear.weight": _meta(out_channels * 4, hidden_size),
-          "txt_in.input_embedder.weight": _meta(hidden_size, text_dim),
-          "vector_in.in_layer.weight": _meta(hidden_size, 768),
-          "guidance_in.in_layer.weight": _meta(hidden_size, 256)}
+          "img_in.proj.weight": _meta(hidden_size, in_channels, *patch),
+          "final_layer.linear.weight": _meta(out_channels * math.prod(patch), hidden_size),
+          "txt_in.input_embedder.weight": _meta(hidden_size, text_dim)}
     for i in range(depth):
         sd[f"double_blocks.{i}.img_attn.qkv.weight"] = _meta(3 * hidden_size, hidden_size)
     for i in range(depth_single_blocks):
@@ -122,25 +157,42 @@ def ltxv_seed(*, num_layers: int = 2, num_heads: int = 32, head_dim: int = 8,
     return sd, metadata
 
 
+# The switches of LTX-2.3's released ``config`` metadata (transformer part): per-head gates on
+# every attention output, AdaLN modulation of the text cross-attention (with its own prompt
+# AdaLN), and the text projection moved into the text encoder (its dual projection gives
+# video and audio contexts of the cross-attention widths, which reach the connectors
+# unchanged). LTX-2.5 files carry the same tensors (per-head gate logits in all six
+# attentions, audio_prompt_adaln_single); both load as ComfyUI's LTXAV.
+LTX23_SWITCHES = {"apply_gated_attention": True, "connector_apply_gated_attention": True,
+                  "cross_attention_adaln": True, "caption_proj_before_connector": True,
+                  "caption_projection_first_linear": False}
+
+
 def ltx2_seed(*, num_layers: int = 2, num_heads: int = 2, head_dim: int = 32, audio_heads: int = 2,
               audio_head_dim: int = 16, caption_channels: int = 64, connector_heads: int = 2,
-              connector_layers: int = 1) -> tuple[dict, dict]:
+              connector_layers: int = 1, ltx23: bool = False) -> tuple[dict, dict]:
     """LTX-2 audio-video (ComfyUI with comfy/ldm/lightricks/av_model.py). Detection sees LTXV
     keys plus audio_adaln_single.* and reads only the block count, head dim (as LTXV) and
     cross dim; a real LTX-2 file gives every size in its ``config`` metadata, and so does
     the seed: video and audio heads, the text width (caption channels, which the text
-    connectors keep: connector heads x head dim = caption channels) and the connector depth."""
-    inner = num_heads * head_dim
+    connectors keep: connector heads x head dim = caption channels) and the connector depth.
+    ``ltx23``: LTX-2.3 / 2.5 (``LTX23_SWITCHES``); the connectors then take the video and
+    audio contexts at the cross-attention widths (video and audio heads x head dim)."""
+    inner, audio_inner = num_heads * head_dim, audio_heads * audio_head_dim
     sd = {"adaln_single.emb.timestep_embedder.linear_1.bias": _meta(inner),
-          "audio_adaln_single.linear.weight": _meta(6 * audio_heads * audio_head_dim, audio_heads * audio_head_dim)}
+          "audio_adaln_single.linear.weight": _meta(6 * audio_inner, audio_inner)}
     for i in range(num_layers):
         sd[f"transformer_blocks.{i}.attn2.to_k.weight"] = _meta(inner, inner)
     transformer = {"num_attention_heads": num_heads, "attention_head_dim": head_dim,
                    "audio_num_attention_heads": audio_heads, "audio_attention_head_dim": audio_head_dim,
-                   "audio_cross_attention_dim": audio_heads * audio_head_dim,
+                   "audio_cross_attention_dim": audio_inner,
                    "caption_channels": caption_channels, "connector_num_attention_heads": connector_heads,
                    "connector_attention_head_dim": caption_channels // connector_heads,
                    "connector_num_layers": connector_layers}
+    if ltx23:
+        transformer.update(LTX23_SWITCHES, connector_attention_head_dim=inner // connector_heads,
+                           audio_connector_num_attention_heads=connector_heads,
+                           audio_connector_attention_head_dim=audio_inner // connector_heads)
     return sd, {"config": json.dumps({"transformer": transformer})}
 
 
@@ -179,6 +231,18 @@ FILES = {
     "ltxv": {
         "checkpoints": ["ltx-video-2b-v0.9.5.safetensors"],
     },
+    "wan22_ti2v": {
+        "diffusion_models": ["wan2.2_ti2v_5B_fp16.safetensors"],
+        "vae": ["wan2.2_vae.safetensors"],
+    },
+    "hunyuan_video15": {
+        "diffusion_models": ["hunyuanvideo1.5_720p_t2v_fp16.safetensors"],
+        "vae": ["hunyuanvideo15_vae_fp16.safetensors"],
+    },
+    "ltx25": {  # ComfyUI with LTXAV only (ltx2_available in tests/comfyui_harness.py)
+        "diffusion_models": ["ltx-2.5-22b-distilled-transformer-comfy-int8-convrot.safetensors"],
+        "vae": ["ltx-2.5-video-vae-bf16.safetensors", "ltx-2.5-audio-vae-bf16.safetensors"],
+    },
 }
 
 # The text-encoder files the workflows name; they are not written (see module docstring).
@@ -186,6 +250,8 @@ TEXT_ENCODER_FILES = {
     "wan": ["umt5_xxl_fp8_e4m3fn_scaled.safetensors"],
     "hunyuan_video": ["clip_l.safetensors", "llava_llama3_fp8_scaled.safetensors"],
     "ltxv": ["t5xxl_fp16.safetensors"],
+    "hunyuan_video15": ["qwen_2.5_vl_7b_fp8_scaled.safetensors", "byt5_small_glyphxl_fp16.safetensors"],
+    "ltx25": ["gemma4-12b-with-proj-ltx-2.5-comfy-int8-convrot.safetensors"],
 }
 
 
@@ -210,6 +276,13 @@ def wan22_i2v_state_dict(seed: int) -> dict:
     return detected_state_dict(wan_seed(dim=128, num_layers=2, in_dim=36), seed)
 
 
+def light_video_decoder_state_dict(latent_channels: int, seed: int = 0) -> dict:
+    """ComfyUI's light video decoder (``comfy.taesd.taehv.TAEHV``) for a 48-channel (Wan 2.2) or
+    32-channel (HunyuanVideo 1.5) latent, the stand-in for that model's fixed-size VAE."""
+    import comfy.taesd.taehv
+    return _module_state_dict(comfy.taesd.taehv.TAEHV(latent_channels=latent_channels), seed)
+
+
 def wan_vae_state_dict(seed: int = 0, dim: int = 16) -> dict:
     import comfy.ldm.wan.vae
     vae = comfy.ldm.wan.vae.WanVAE(dim=dim, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
@@ -230,24 +303,58 @@ LTXV_TINY_VAE_CONFIG = {
 LTXV_TINY_TRANSFORMER = {"num_attention_heads": 2, "attention_head_dim": 64, "num_layers": 2}
 
 
-def ltxv_checkpoint(seed: int) -> tuple[dict, dict]:
+def ltx_video_vae_state_dict(seed: int) -> dict:
+    """The LTX video VAE (``VideoVAE``) in the small LTXV_TINY_VAE_CONFIG, identity latent
+    statistics; its loaders read that config from the file's ``config`` metadata (``vae``)."""
     import torch
     import comfy.ldm.lightricks.vae.causal_video_autoencoder as cva
+    vsd = _module_state_dict(cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG)), seed)
+    for k in list(vsd):
+        if k.startswith("per_channel_statistics."):
+            vsd[k] = torch.zeros_like(vsd[k]) if "mean" in k else torch.ones_like(vsd[k])
+    return vsd
+
+
+def ltxv_checkpoint(seed: int) -> tuple[dict, dict]:
     t = LTXV_TINY_TRANSFORMER
     seed_sd, _ = ltxv_seed(num_layers=t["num_layers"], num_heads=t["num_attention_heads"],
                            head_dim=t["attention_head_dim"])
     # the checkpoint's own metadata (below) carries the transformer part, as real LTXV files do
     dm = detected_state_dict(seed_sd, seed, {"config": json.dumps({"transformer": dict(t)})})
-    vae = cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG))
-    vsd = _module_state_dict(vae, seed + 1)
-    # latent statistics: identity normalisation
-    for k in list(vsd):
-        if k.startswith("per_channel_statistics."):
-            vsd[k] = torch.zeros_like(vsd[k]) if "mean" in k else torch.ones_like(vsd[k])
+    vsd = ltx_video_vae_state_dict(seed + 1)
     sd = {f"model.diffusion_model.{k}": v for k, v in dm.items()}
     sd.update({f"vae.{k}": v for k, v in vsd.items()})
     metadata = {"config": json.dumps({"transformer": dict(t), "vae": dict(LTXV_TINY_VAE_CONFIG)})}
     return sd, metadata
+
+
+# LTX-2's audio VAE (mel autoencoder + vocoder) in a small configuration, read by its loader
+# from the file's ``config`` metadata as in real files: 16 kHz, hop 160, 64 mel bins (8 latent
+# channels x 16 frequency bins: what the diffusion model's audio stream takes), base width 8,
+# and a HiFi-GAN vocoder whose upsampling (5 x 4 x 2 x 2 x 2 = 160) undoes the hop.
+LTX_TINY_AUDIO_VAE_CONFIG = {
+    "audio_vae": {"model": {"params": {"ddconfig": {
+        "double_z": True, "mel_bins": 64, "z_channels": 8, "resolution": 256, "downsample_time": False,
+        "in_channels": 2, "out_ch": 2, "ch": 8, "ch_mult": [1, 2, 4], "num_res_blocks": 1, "attn_resolutions": [],
+        "dropout": 0.0, "mid_block_add_attention": False, "norm_type": "pixel", "causality_axis": "height"},
+        "sampling_rate": 16000}}, "preprocessing": {"stft": {"filter_length": 1024, "hop_length": 160}}},
+    "vocoder": {"upsample_initial_channel": 64, "resblock": "1", "upsample_rates": [5, 4, 2, 2, 2],
+                "upsample_kernel_sizes": [16, 16, 8, 4, 4], "resblock_kernel_sizes": [3],
+                "resblock_dilation_sizes": [[1, 3, 5]], "stereo": True},
+}
+# The tiny LTX-2.5 transformer of write_models: LTX-2.3's switches, 2 heads x 32 for video and
+# 2 x 16 for audio, so its text encoder's dual projection is 2 x 32 + 2 x 16 = 96 wide.
+LTX25_TINY = dict(num_layers=2, num_heads=2, head_dim=32, audio_heads=2, audio_head_dim=16, ltx23=True)
+
+
+def ltx_audio_vae_state_dict(seed: int) -> tuple[dict, dict]:
+    """(state dict, metadata) of LTX_TINY_AUDIO_VAE_CONFIG's audio VAE in the file layout its
+    loaders read: ``audio_vae.*`` (the autoencoder) and ``vocoder.*``."""
+    from comfy.ldm.lightricks.vae.audio_vae import AudioVAE
+    metadata = {"config": json.dumps(LTX_TINY_AUDIO_VAE_CONFIG)}
+    sd = _module_state_dict(AudioVAE(metadata=metadata), seed)
+    return {("audio_vae." + k[len("autoencoder."):] if k.startswith("autoencoder.") else k): v
+            for k, v in sd.items()}, metadata
 
 
 def hunyuan_vae_state_dict(seed: int = 0) -> dict:
@@ -306,16 +413,33 @@ def write_models(models_dir: Path, family: str, cache_dir: Path | None = None, *
         sd, metadata = ltxv_checkpoint(0)
         written.append(models_dir / "checkpoints" / FILES[family]["checkpoints"][0])
         _save(sd, written[-1], metadata=metadata)
+    elif family in ("wan22_ti2v", "hunyuan_video15"):
+        seed_sd, latent_channels = ((wan_seed(dim=128, num_layers=2, in_dim=48, out_dim=48), 48) if family == "wan22_ti2v"
+                                    else (hunyuan_video15_seed(hidden_size=128, depth=2), 32))
+        written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
+        _save(detected_state_dict(seed_sd, 0), written[-1])
+        written.append(models_dir / "vae" / FILES[family]["vae"][0])
+        _save(light_video_decoder_state_dict(latent_channels), written[-1])
+    elif family == "ltx25":
+        seed_sd, metadata = ltx2_seed(**LTX25_TINY)
+        written.append(models_dir / "diffusion_models" / FILES[family]["diffusion_models"][0])
+        _save(detected_state_dict(seed_sd, 0, metadata), written[-1], metadata=metadata)
+        video_vae, audio_vae = (models_dir / "vae" / name for name in FILES[family]["vae"])
+        _save(ltx_video_vae_state_dict(1), video_vae, metadata={"config": json.dumps({"vae": LTXV_TINY_VAE_CONFIG})})
+        sd, metadata = ltx_audio_vae_state_dict(2)
+        _save(sd, audio_vae, metadata=metadata)
+        written += [video_vae, audio_vae]
     else:
         raise KeyError(family)
     return written
 
 
-def standin_preset(shipped: Path, *, layers: int, heads: int, hidden_size: int, grid, tile):
+def standin_preset(shipped: Path, *, layers: int, heads: int, hidden_size: int, grid, tile, head_dim: int | None = None):
     """A PSA preset for a tiny stand-in model, from a shipped one: its masks of layers
     0..layers-1 and heads 0..heads-1, rescaled from its block grid to that of ``grid`` / ``tile``
     (kernels.preset_file.rescale_params: widths, offsets and strides scaled per axis), under the
-    stand-in's fingerprint. The workflows' tiny runs save it under the shipped file's name in
+    stand-in's fingerprint (``head_dim``: the stand-in's, if not the shipped model's). The
+    workflows' tiny runs save it under the shipped file's name in
     models/sparse_attention_presets/, which the preset loader searches first."""
     import torch
     from kernels.preset_file import Preset, load_preset, rescale_params
@@ -327,7 +451,7 @@ def standin_preset(shipped: Path, *, layers: int, heads: int, hidden_size: int, 
                               for layer in range(layers)] for b in range(params.shape[0])], dtype=torch.float64)
     return Preset(
         name=f"{src.name}_standin"[:64], family=src.family, model_name=f"tiny stand-in for {src.model_name}",
-        fingerprint={"layers": layers, "heads": heads, "head_dim": src.fingerprint["head_dim"],
+        fingerprint={"layers": layers, "heads": heads, "head_dim": head_dim or src.fingerprint["head_dim"],
                      "hidden_size": hidden_size},
         grid=tuple(grid), tile=tuple(tile), params=params, bucket_edges=list(src.bucket_edges), source=src.source,
         search=dict(src.search),

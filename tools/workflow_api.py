@@ -73,6 +73,8 @@ STUB_TEXT_ENCODE = "SVATestTextEncode"
 TINY_SIZES = {
     "EmptyHunyuanLatentVideo": {"width": 96, "height": 64, "length": 9},     # Wan: 3 x 4 x 6 tokens
     "WanImageToVideo": {"width": 96, "height": 64, "length": 9},
+    "Wan22ImageToVideoLatent": {"width": 192, "height": 128, "length": 9},   # Wan 2.2 5B (16x VAE): 3 x 4 x 6
+    "EmptyHunyuanVideo15Latent": {"width": 96, "height": 64, "length": 9},   # HunyuanVideo 1.5 (16x, patch 1): 3 x 4 x 6
     "EmptyLTXVLatentVideo": {"width": 192, "height": 128, "length": 17},     # LTXV: 3 x 4 x 6 tokens
 }
 WAN_TINY_GRID = (3, 4, 6)
@@ -85,7 +87,8 @@ def tiny_run_prompt(prompt: dict, family: str, steps: int = 3, *, sizes: dict | 
     """The prompt a run on tiny stand-in files submits, and a list of what was changed.
 
     Changes: text encoders -> stand-in (see tools/tiny_text_encode); latent sizes -> TINY_SIZES
-    (or ``sizes``: width/height/length for every latent node); sampling steps -> ``steps``
+    (or ``sizes``: width/height/length for every latent node; LTX-2's audio latent as long as
+    the video); sampling steps -> ``steps``
     (KSamplerAdvanced keeps its stage split at the same fraction); Sparse Attention Patch:
     ``backend`` ('reference': the float reference of the same kernels, which runs on the CPU)
     and min_tokens 0 (the tiny videos are a few dozen tokens).
@@ -96,10 +99,14 @@ def tiny_run_prompt(prompt: dict, family: str, steps: int = 3, *, sizes: dict | 
         ct, inputs = node["class_type"], node["inputs"]
         if ct == "CLIPTextEncode":
             loader = p[inputs["clip"][0]]
-            encoder = loader["inputs"]["type"]
+            # LTX-2.x's Gemma encoder loads with CLIPLoader type "ltxv", as LTX-Video's T5 does
+            encoder = "ltxav" if family == "ltx25" else loader["inputs"]["type"]
             node["class_type"] = STUB_TEXT_ENCODE
             node["inputs"] = {"text": inputs["text"], "encoder": encoder, "tokens": 16}
             changed.append(f"{nid} CLIPTextEncode -> {STUB_TEXT_ENCODE}({encoder})")
+        elif ct == "LTXVEmptyLatentAudio":  # LTX-2: as long as the video
+            inputs["frames_number"] = (sizes or TINY_SIZES["EmptyLTXVLatentVideo"])["length"]
+            changed.append(f"{nid} {ct} frames_number -> {inputs['frames_number']}")
         elif ct in TINY_SIZES:
             size = sizes or (HUNYUAN_TINY_SIZE if family == "hunyuan_video" else TINY_SIZES[ct])
             inputs.update(size)

@@ -11,8 +11,9 @@ the official names the workflows load (tools/tiny_models.py, shared with ``make 
   of the README's "Recommended settings" (tools/recommended_settings.py) and the node's
   defaults elsewhere; a PSA row's preset is the shipped one for the workflow's token grid.
   The files are written against ComfyUI 0.3.75 (tools/make_workflows.py on the default
-  ComfyUI); on a newer ComfyUI a node may have gained trailing widgets (0.33: CreateVideo's
-  bit_depth), which the frontend fills with their defaults, as tools/workflow_api.py does.
+  ComfyUI), the LTX-2.5 one against 0.33.0 (0.3.75 has no LTX-2 nodes: its tests skip there);
+  on a newer ComfyUI a node may have gained trailing widgets (0.33: CreateVideo's bit_depth),
+  which the frontend fills with their defaults, as tools/workflow_api.py does.
 * test_template_opens_through_the_endpoint: ComfyUI's template browser lists every file under
   the pack's folder name, and the URL it opens serves the file (ComfyUI serves the first of
   its example folder names that a pack has, so no other such folder may exist).
@@ -48,27 +49,42 @@ WORKFLOWS = {
     "wan2.2_i2v_A14B_two_stage_sol_attn.json": "wan22_i2v",
     "hunyuan_video_t2v_720p_psa.json": "hunyuan_video",
     "ltxv_t2v_sol_attn.json": "ltxv",
+    "hunyuan_video1.5_t2v_720p_psa.json": "hunyuan_video15",
+    "wan2.2_ti2v_5B_720p_sol_attn.json": "wan22_ti2v",
+    "ltx2.5_t2v_720p_sol_attn.json": "ltx25",      # needs LTXAV's nodes: skips on 0.3.75
 }
-PATCHES_EXPECTED = {"wan21_t2v": 1, "wan22_i2v": 2, "hunyuan_video": 1, "ltxv": 1}
+PATCHES_EXPECTED = {"wan21_t2v": 1, "wan22_i2v": 2, "hunyuan_video": 1, "ltxv": 1, "hunyuan_video15": 1, "wan22_ti2v": 1,
+                    "ltx25": 1}
+PRESET_FAMILY = {"wan21_t2v": "wan", "wan22_ti2v": "wan", "hunyuan_video15": "hunyuan_video"}  # else the family's name
 PACK_MODULE = f"custom_nodes.{h.PACK_NAME}"
 I2V_START_IMAGE = "sparse_attention_i2v_start.png"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 MODEL_CACHE = h.REPO_ROOT / ".cache" / "test-models"
-WRITTEN_WITH = "0.3.75"   # the ComfyUI whose /object_info tools/make_workflows.py wrote the files from
+# the ComfyUI whose /object_info tools/make_workflows.py wrote each file from
+WRITTEN_WITH = wc.make_workflows.WRITTEN_WITH
 VERSION = h.comfyui_env.comfyui_version()
 
 
-def to_api(wf: dict, info: dict) -> dict:
+def to_api(name: str, wf: dict, info: dict) -> dict:
     """The API prompt, trailing widgets the files predate taking their defaults (never on the
     ComfyUI the files were written with)."""
     defaults = []
     prompt = wc.ui_to_api(wf, info, defaults)
-    assert VERSION != WRITTEN_WITH or defaults == [], defaults
+    assert VERSION != WRITTEN_WITH[name] or defaults == [], defaults
     return prompt
 
 
 def load(name: str) -> dict:
     return json.loads((WORKFLOWS_DIR / name).read_text())
+
+
+def skip_without_its_nodes(name: str):
+    """The LTX-2.5 workflow needs LTXAV's nodes (LTXVEmptyLatentAudio, LTXVConcatAVLatent...), which
+    ComfyUI 0.3.75 lacks."""
+    if WORKFLOWS[name] == "ltx25":
+        ok, reason = h.ltx2_available()
+        if not ok:
+            pytest.skip(reason)
 
 
 def test_every_workflow_file_is_covered():
@@ -105,6 +121,7 @@ def test_template_opens_through_the_endpoint(server, name):
 TINY_PSA = {
     "wan21_t2v": (2, 1, tiny.wan_hidden_size(1), wc.WAN_TINY_GRID, (1, 2, 2)),
     "hunyuan_video": (2, 1, 128, wc.HUNYUAN_TINY_GRID, (1, 2, 4)),
+    "hunyuan_video15": (2, 1, 128, wc.WAN_TINY_GRID, (1, 2, 2)),   # its tiny latent: the 3 x 4 x 6 grid too
 }
 
 
@@ -145,7 +162,8 @@ def server(tmp_path_factory, comfyui):
     MODEL_CACHE.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     for family in tiny.FILES:
-        tiny.write_models(base / "models", family, cache_dir=MODEL_CACHE)
+        if family != "ltx25" or h.ltx2_available()[0]:
+            tiny.write_models(base / "models", family, cache_dir=MODEL_CACHE)
     _write_standin_presets(base / "models" / "sparse_attention_presets")
     _write_start_image(base / "input" / I2V_START_IMAGE)
     files_s = time.perf_counter() - t0
@@ -172,6 +190,7 @@ def _official_file_names() -> set:
 
 @pytest.mark.parametrize("name", sorted(WORKFLOWS))
 def test_workflow_matches_object_info(server, name):
+    skip_without_its_nodes(name)
     wf = load(name)
     info = server.object_info
     assert wf["version"] == 0.4 and wf["last_node_id"] == max(n["id"] for n in wf["nodes"])
@@ -190,7 +209,7 @@ def test_workflow_matches_object_info(server, name):
         values = node["widgets_values"]
         specs = wc.widget_specs(info, node["type"], values)
         layout = [(n, k) for n, k, _ in specs]
-        if VERSION == WRITTEN_WITH:
+        if VERSION == WRITTEN_WITH[name]:
             assert len(values) == len(layout), f"{node['type']}: {values} vs {layout}"
         else:  # widgets added since: trailing, each with a default the frontend gives it
             assert len(values) <= len(layout), f"{node['type']}: {values} vs {layout}"
@@ -235,21 +254,29 @@ def test_workflow_matches_object_info(server, name):
     for p in patches:
         assert p["outputs"][0]["links"], f"{name}: a patch node's output is not connected"
     # the prompt converts and ComfyUI accepts every required input
-    prompt = to_api(wf, info)
+    prompt = to_api(name, wf, info)
     for nid, node in prompt.items():
         for req in info[node["class_type"]]["input"].get("required", {}):
             assert req in node["inputs"], f"{name}: {node['class_type']} {nid} lacks {req}"
 
 
+# The latent nodes of the PSA workflows: the pixels per token in height and width (spatial
+# compression of the VAE times the patch); every VAE here compresses 4x in time, patch 1.
+PIXELS_PER_TOKEN = {"EmptyHunyuanLatentVideo": 16,    # Wan 2.1 / HunyuanVideo VAE 8x, patch 2x2
+                    "Wan22ImageToVideoLatent": 32,    # Wan 2.2 VAE 16x, patch 2x2
+                    "EmptyHunyuanVideo15Latent": 16}  # HunyuanVideo 1.5 VAE 16x, patch 1x1
+
+
 def token_grid(prompt: dict) -> tuple[int, int, int]:
-    """The video token grid of a Wan or HunyuanVideo workflow's latent: the VAE compresses 4x in
-    time and 8x in space, the patch is 1 x 2 x 2."""
-    latent = next(n["inputs"] for n in prompt.values() if n["class_type"] == "EmptyHunyuanLatentVideo")
-    return (latent["length"] - 1) // 4 + 1, latent["height"] // 16, latent["width"] // 16
+    """The video token grid of a workflow's latent node."""
+    latent, per = next((n["inputs"], PIXELS_PER_TOKEN[n["class_type"]]) for n in prompt.values()
+                       if n["class_type"] in PIXELS_PER_TOKEN)
+    return (latent["length"] - 1) // 4 + 1, latent["height"] // per, latent["width"] // per
 
 
 @pytest.mark.parametrize("name", sorted(WORKFLOWS))
 def test_workflow_follows_the_recommended_settings(server, name):
+    skip_without_its_nodes(name)
     info = server.object_info
     row = recommended_settings.for_workflow(name)
     prompt = wc.ui_to_api(load(name), info, defaults_used=[])  # widgets newer ComfyUI added: defaults
@@ -272,7 +299,7 @@ def test_workflow_follows_the_recommended_settings(server, name):
             assert source["class_type"] == "LoadStripeMaskPreset", source
             from kernels.preset_file import load_preset
             preset = load_preset(h.REPO_ROOT / "mask_presets" / source["inputs"]["preset_name"])
-            assert preset.family == {"wan21_t2v": "wan"}.get(WORKFLOWS[name], WORKFLOWS[name])
+            assert preset.family == PRESET_FAMILY.get(WORKFLOWS[name], WORKFLOWS[name])
             assert tuple(preset.grid) == token_grid(prompt), f"{name}: preset grid {preset.grid}"
         else:
             assert "preset" not in inputs
@@ -343,6 +370,7 @@ async (url) => {
 @pytest.mark.chromium
 @pytest.mark.parametrize("name", sorted(WORKFLOWS))
 def test_workflow_loads_in_web_ui(server, page, name):
+    skip_without_its_nodes(name)
     wf = load(name)
     n_console = len(page.console_log)
     result = page.evaluate(LOAD_AND_INSPECT, template_url(name))
@@ -391,7 +419,7 @@ def test_workflow_loads_in_web_ui(server, page, name):
     failed_requests = [m[1] for m in page.console_log[n_console:] if m[0] == "http"]
     assert not errors, f"{name}: console errors while loading: {errors}; failed requests: {failed_requests}"
     # the frontend's own conversion equals ours (which the run test submits)
-    ours = to_api(wf, server.object_info)
+    ours = to_api(name, wf, server.object_info)
     theirs = {k: {"class_type": v["class_type"], "inputs": v["inputs"]} for k, v in result["output"].items()}
     assert theirs == {k: {"class_type": v["class_type"], "inputs": v["inputs"]} for k, v in ours.items()}
 
@@ -402,8 +430,9 @@ def test_workflow_loads_in_web_ui(server, page, name):
 
 @pytest.mark.parametrize("name", sorted(WORKFLOWS))
 def test_workflow_runs_on_cpu(server, name):
+    skip_without_its_nodes(name)
     family = WORKFLOWS[name]
-    prompt, changed = wc.tiny_run_prompt(to_api(load(name), server.object_info), family)
+    prompt, changed = wc.tiny_run_prompt(to_api(name, load(name), server.object_info), family)
     log_before = server.log_path.read_text(errors="replace")
     t0 = time.perf_counter()
     entry = server.run_prompt(prompt)
@@ -436,7 +465,8 @@ def test_workflow_runs_on_cpu(server, name):
 
 def test_patch_survives_a_later_model_node(server):
     """A user who puts ModelSamplingSD3 (or a LoRA) after the patch still gets sparse attention."""
-    prompt, _ = wc.tiny_run_prompt(to_api(load("wan2.1_t2v_14B_720p_sol_attn.json"), server.object_info),
+    name = "wan2.1_t2v_14B_720p_sol_attn.json"
+    prompt, _ = wc.tiny_run_prompt(to_api(name, load(name), server.object_info),
                                    "wan21_t2v")
     patch = next(k for k, n in prompt.items() if n["class_type"] == "SparseAttentionPatch")
     shift = next(k for k, n in prompt.items() if n["class_type"] == "ModelSamplingSD3")

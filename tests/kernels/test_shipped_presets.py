@@ -65,9 +65,10 @@ def test_reselect_from_committed_table_is_byte_identical(name):
         assert f.read() == text
 
 
-def test_table_rows_reproduce_on_the_real_grid():
-    """Re-evaluate two bank heads of the LTX-2 table (full 16x22x40 grid, all candidates)."""
-    name = "ltx2_720p_121f"
+@pytest.mark.parametrize("name", ["ltx2_720p_121f", "ltx2.3_720p_121f", "wan2.2_ti2v_5b_720p_121f"])
+def test_table_rows_reproduce_on_the_real_grid(name):
+    """Re-evaluate two bank heads of a table (its full grid, all candidates): LTX-2 at 25 and
+    LTX-2.3 at 24 frames per second (16x22x40), Wan 2.2 TI2V 5B (31x22x40)."""
     spec = bp.SPECS[name]
     committed = LossTable.load(bp.table_path(name))
     only = {0, 1}
@@ -89,3 +90,16 @@ def test_ltx2_rope_covers_every_pair_once():
     assert om.numel() == H * D // 2
     assert int((om == 0).sum()) == H * D // 2 - 3 * ((H * D) // 6)       # the identity padding
     assert math.isclose(float(om[2]), math.pi / 2 * 2 * 8 / 25 / 20)    # first real pair: f0, t
+
+
+def test_ltx23_rope_turns_with_its_frame_rate():
+    """LTX-2.3 / 2.5's bank heads turn by 24 frames per second in time (LTX-2's by 25), the
+    same in space."""
+    old = bp.bank_of(bp.SPECS["ltx2_720p_121f"])
+    new = bp.bank_of(bp.SPECS["ltx2.3_720p_121f"])
+    assert len(old) == len(new) == 64
+    (om_old, ax_old), (om_new, ax_new) = old[2][1], new[2][1]
+    assert torch.equal(ax_old, ax_new)
+    t = ax_new == 0
+    torch.testing.assert_close(om_new[t], om_old[t] * 25 / 24, rtol=1e-12, atol=0)
+    assert torch.equal(om_new[~t], om_old[~t])

@@ -17,7 +17,8 @@ import comfyui_harness as h
 VERSION = h.comfyui_env.comfyui_version()
 V0375 = VERSION == "0.3.75"   # else the 0.33.0 layout
 TESTED_VERSIONS = {"0.3.75", "0.33.0"}
-FAMILIES = ["wan21_t2v", "wan21_i2v", "hunyuan_video", "ltxv", "ltx2"]  # ltx2 skips on 0.3.75
+FAMILIES = ["wan21_t2v", "wan21_i2v", "wan22_ti2v", "hunyuan_video", "hunyuan_video15", "hunyuan_video15_i2v",
+            "ltxv", "ltx2", "ltx23"]  # ltx2 and ltx23 skip on 0.3.75
 COMMON_TOPT_KEYS = {"cond_or_uncond", "sigmas", "sample_sigmas", "uuids", "wrappers", "callbacks",
                     "optimized_attention_override"}
 if not V0375:  # 0.33: whether the model patcher prefetches weights (dynamic VRAM)
@@ -33,10 +34,9 @@ def assert_topt_keys(call, extra=frozenset()):
 
 
 def video_tokens(tiny):
-    _, _, t, hh, ww = tiny.latent_shape
-    if tiny.family in ("ltxv", "ltx2"):  # patch size 1
-        return t * hh * ww
-    return t * (hh // 2) * (ww // 2)  # Wan and HunyuanVideo patchify (1, 2, 2)
+    """Latent (T, H, W) over the patch detection set: 1x2x2 for Wan and HunyuanVideo, 1x1x1 for
+    HunyuanVideo 1.5, LTX-Video and LTX-2."""
+    return math.prod(n // p for n, p in zip(tiny.latent_shape[2:], tiny.patch_size))
 
 
 def record(tiny, **kw):
@@ -259,7 +259,7 @@ def _split(calls, pred):
 
 
 def test_override_call_layout_wan(tiny_model):
-    for family in ("wan21_t2v", "wan21_i2v"):
+    for family in ("wan21_t2v", "wan21_i2v", "wan22_ti2v"):
         tiny = tiny_model(family)
         n, inner = video_tokens(tiny), tiny.heads * tiny.head_dim
         _, t, hh, ww = tiny.latent_shape[1:]
@@ -309,6 +309,29 @@ def test_override_call_layout_hunyuan_video(tiny_model):
     assert all("grid_sizes" not in c.topt_keys for c in calls)
 
 
+@pytest.mark.parametrize("family", ["hunyuan_video15", "hunyuan_video15_i2v"])
+def test_override_call_layout_hunyuan_video15(tiny_model, family):
+    """HunyuanVideo 1.5 calls as HunyuanVideo does, with double blocks only (as the 8.3B): the
+    refiner's two text-only calls, then one joint attention per double block over the video
+    and every non-video token (i2v: SigLIP vision tokens, and a glyph prompt's ByT5 tokens)."""
+    tiny = tiny_model(family)
+    n, extra = video_tokens(tiny), sum(tiny.extra_tokens.values())
+    _, calls = record(tiny, steps=1, cfg=2.0)
+    for c in calls:
+        assert len(c.args) == 4 and c.args[3] == tiny.heads  # heads positional
+        assert c.kwargs["skip_reshape"] is True and c.kwargs["mask"] is None
+        assert all(len(a["shape"]) == 4 and a["shape"][1] == tiny.heads and a["shape"][3] == tiny.head_dim
+                   for a in c.args[:3])  # [B, heads, L, D]
+    refiner, blocks = _split(calls, lambda c: "block_index" not in c.topt_keys)
+    assert [c.args[0]["shape"][2] for c in refiner] == [tiny.extra_tokens["text"]] * 2
+    depth = len(tiny.patcher.model.diffusion_model.double_blocks)
+    assert [(c.topt_values["block_type"], c.topt_values["block_index"], c.topt_values["total_blocks"])
+            for c in blocks] == [("double", i, depth) for i in range(depth)]
+    for c in blocks:  # no single block, so no img_slice on 0.33 either
+        assert_topt_keys(c, {"block_index", "block_type", "total_blocks"})
+        assert c.args[0]["shape"][2] == c.args[1]["shape"][2] == n + extra
+
+
 def _grid_token_hooks(family, dm, seen):
     """Instrument the layer that turns a family's latent into tokens and the first block's
     input: ``seen["grid"]`` the latent grid's tokens in (frame, row, column) order, as the pack
@@ -319,7 +342,7 @@ def _grid_token_hooks(family, dm, seen):
     if family.startswith("wan"):
         return [dm.patch_embedding.register_forward_hook(keep("grid", lambda a, r: in_row_major(r[0]))),
                 dm.blocks[0].register_forward_pre_hook(keep("tokens", lambda a, r: a[0]))]
-    if family == "hunyuan_video":  # PatchEmbed: a Conv3d, then its own flatten
+    if family.startswith("hunyuan_video"):  # PatchEmbed: a Conv3d, then its own flatten
         return [dm.img_in.proj.register_forward_hook(keep("grid", lambda a, r: in_row_major(r[0]))),
                 dm.img_in.register_forward_hook(keep("tokens", lambda a, r: r[0]))]
     patchify = dm.patchifier.patchify  # LTX-Video / LTX-2: patch size 1, a rearrange
@@ -377,10 +400,13 @@ def test_override_call_layout_ltxv(tiny_model):
         assert_topt_keys(c)
 
 
-def test_override_call_layout_ltx2(tiny_model):
-    """LTX-2 (0.33): six attention calls per block, all [B, L, heads*D] with heads positional;
-    only attn1 is video self-attention. The audio paths use the audio heads."""
-    tiny = tiny_model("ltx2")
+@pytest.mark.parametrize("family", ["ltx2", "ltx23"])
+def test_override_call_layout_ltx2(tiny_model, family):
+    """LTX-2, 2.3 and 2.5 (0.33): six attention calls per block, all [B, L, heads*D] with heads
+    positional; only attn1 is video self-attention. The audio paths use the audio heads.
+    LTX-2.3's gates and cross-attention AdaLN act on the inputs and outputs of these calls,
+    not on what the override receives."""
+    tiny = tiny_model(family)
     n = video_tokens(tiny)
     a_len = tiny.audio_latent_shape[2]                       # audio tokens (patch 1)
     v_inner, a_inner = tiny.heads * tiny.head_dim, 2 * 16    # video / audio heads x head dim

@@ -144,8 +144,11 @@ def test_search_bench_on_two_processes_equals_one_process(tmp_path):
 
 # ---------------------------------------------------------------- e2e_comfyui.py --tiny
 
-E2E_MODELS = {"wan": "wan21_tiny", "hunyuan": "hunyuan_video_tiny", "ltxv": "ltxv_tiny"}
-E2E_BLOCKS = {"wan21_tiny": 3, "hunyuan_video_tiny": 3, "ltxv_tiny": 2}
+E2E_MODELS = {"wan": "wan21_tiny", "hunyuan": "hunyuan_video_tiny", "ltxv": "ltxv_tiny",
+              "hunyuan15": "hunyuan_video15_tiny", "wan22_5b": "wan22_ti2v_tiny"}
+E2E_BLOCKS = {"wan21_tiny": 3, "hunyuan_video_tiny": 3, "ltxv_tiny": 2, "hunyuan_video15_tiny": 3, "wan22_ti2v_tiny": 3}
+E2E_DETECTED = {"wan21_tiny": "WAN21_T2V", "hunyuan_video_tiny": "HunyuanVideo", "ltxv_tiny": "LTXV",
+                "hunyuan_video15_tiny": "HunyuanVideo15", "wan22_ti2v_tiny": "WAN22_T2V"}
 DEVICE_SIMULATED = not os.environ.get("COMFYUI_PATH")   # the device runs e2e_wheels.txt's ComfyUI
 
 _SITECUSTOMIZE = '''
@@ -225,7 +228,7 @@ def blocked_modules(comfyui_requirements: Path) -> tuple[set, set]:
     return dists, mods - allowed
 
 
-@pytest.mark.slow  # about 25 s: ComfyUI sampling every configuration
+@pytest.mark.slow  # ComfyUI sampling every configuration of five tiny models
 def test_e2e_tiny_measures_every_configuration_on_the_intended_path(tmp_path):
     sys.path.insert(0, str(REPO / "tools"))
     import comfyui_env
@@ -251,6 +254,7 @@ def test_e2e_tiny_measures_every_configuration_on_the_intended_path(tmp_path):
     for name, blocks in E2E_BLOCKS.items():
         entry = doc["models"][name]
         assert entry["errors"] == [] and entry["spec"]["blocks"] == blocks
+        assert entry["model"]["model_config"] == E2E_DETECTED[name]
         methods = entry["methods"]
         for method in ("dense", "stub", "sol85", "sol90", "psa60", "psa60u"):
             m = methods[method]
@@ -280,3 +284,28 @@ def test_e2e_tiny_measures_every_configuration_on_the_intended_path(tmp_path):
             assert r["projected_50_steps_s"] == pytest.approx(10 * methods["dense"]["forward_s"] + 40 * r["forward_s"])
             assert "holds" in r["integration_check"] and "holds_captured" in r["integration_check"]
             assert "targets" not in r  # the speed targets are judged on the full-size Wan run only
+
+
+@pytest.mark.parametrize("key, detected, tokens", [("hunyuan15", "HunyuanVideo15", 111_600),
+                                                   ("wan22_5b", "WAN22_T2V", 27_280)])
+def test_e2e_full_specs_are_the_released_models_at_their_template_size(comfyui, monkeypatch, key, detected, tokens):
+    """The full-size configurations a GPU call runs: ComfyUI's detection makes the released
+    architecture of the seed (class, heads, blocks), the latent is the template's 720p video,
+    and psa60 finds the shipped preset for that grid."""
+    import comfy.model_detection
+    import kernels
+    monkeypatch.syspath_prepend(str(BENCH))
+    import e2e_comfyui
+    import e2e_harness
+
+    spec = e2e_harness.FULL[key]
+    seed, metadata = spec.seed_state_dict()
+    config = comfy.model_detection.model_config_from_unet(seed, "", metadata=metadata)
+    assert type(config).__name__ == detected
+    unet = config.unet_config
+    assert unet.get("num_heads") == spec.heads() and spec.head_dim() == 128
+    assert spec.blocks() == unet.get("depth", unet.get("num_layers")) + unet.get("depth_single_blocks", 0)
+    assert spec.video_tokens() == tokens
+    preset, where = e2e_comfyui.shipped_preset(kernels, spec)
+    assert preset is not None and tuple(preset.grid) == spec.grid(), where
+    assert preset.family == spec.family and preset.num_layers == spec.blocks() and preset.num_heads == spec.heads()
