@@ -11,6 +11,7 @@ the two scales and the softmax scale, in float64, handed to the float32 referenc
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -89,10 +90,15 @@ class Int8Operands:
         q_codes, q_scale = _quantize_groups(q.float().transpose(1, 2), _slot_groups(layout, query_tile_rows(layout)))
         return cls(q_codes, q_scale, k_codes, k_scale, mean)
 
+    @functools.cached_property
+    def _keys_transposed(self) -> torch.Tensor:
+        """The key codes as float64 (B, H, D, L), once for every chunk of query rows."""
+        return self.k_codes.double().transpose(-1, -2)
+
     def logits(self, r0: int, r1: int, scale: float) -> torch.Tensor:
         """float32 (B, H, r1 - r0, L): the exact logits of query rows r0 .. r1 against every
         key, int32 dot times both scales times ``scale``, computed in float64."""
-        dots = self.q_codes[:, :, r0:r1].double() @ self.k_codes.double().transpose(-1, -2)
+        dots = self.q_codes[:, :, r0:r1].double() @ self._keys_transposed
         factor = self.q_scale[:, :, r0:r1, None].double() * self.k_scale[:, :, None, :].double() * scale
         return (dots * factor).float()
 
