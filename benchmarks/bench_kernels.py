@@ -4,14 +4,17 @@ Usage (on a CUDA machine; writes one JSON file with the command that made it):
     python benchmarks/bench_kernels.py --out out/kernels_h200.json
 
 ``--loops ws,tma`` times the block loops of Hopper side by side (``LOOPS``: the warp-specialised
-loop and the portable kernel with TMA boxes). ``--kitchen`` times comfy-kitchen's ``sol_attn``
-(the kernel of ComfyUI's own Model Sparse Attention node) beside each Sol row, on the same
-inputs: at the same β (its ``tau``) and at the τ whose error matches the pack's (``bench_kitchen``).
-comfy-kitchen is never a dependency of the pack: the package is put on ``PYTHONPATH`` for the
-benchmark only (docs/KERNELS.md says how). Every speed is also reported as a ratio to cuDNN
-SDPA timed in the same run. Correctness is
-checked first, on fresh random inputs, against the float32 reference, with the output
-memory poisoned (NaN) beforehand so unwritten elements show.
+loop and the portable kernel with TMA boxes). ``--precisions bf16,int8`` times every Sol, PSA
+and forced-architecture row once per precision of the exact blocks' QKᵀ (``precision`` of the
+kernels; int8 always runs the portable kernel, also on a ``ws`` row), each with its rel-L2
+against cuDNN's output. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of
+ComfyUI's own Model Sparse Attention node) beside each Sol row, on the same inputs: at the same
+β (its ``tau``) and at the τ whose error matches the pack's (``bench_kitchen``). comfy-kitchen
+is never a dependency of the pack: the package is put on ``PYTHONPATH`` for the benchmark only
+(docs/DEVELOPMENT.md says how). Every speed is also reported as a ratio to cuDNN SDPA timed in
+the same run. Correctness is checked first, on fresh random inputs, against the float32
+reference of the same precision, with the output memory poisoned (NaN) beforehand so unwritten
+elements show.
 """
 from __future__ import annotations
 
@@ -39,6 +42,7 @@ from kernels.sol_gpu_routing import pool_blocks, pooled_term, route  # noqa: E40
 
 
 OUT_PATH = None
+PRECISIONS = ("bf16",)  # --precisions: of the exact blocks' QKᵀ, every row timed once per precision
 
 
 def save(results):
@@ -109,9 +113,17 @@ def peak_extra_mb(fn):
     return peak / 2**20
 
 
+def ran_precision(precision, config=None):
+    """What a precision runs as (``auto`` resolved for this GPU or the forced row), with why."""
+    from kernels.engine.precision import resolve_precision
+
+    return resolve_precision(precision, config or kernels.config_for_device("cuda"))
+
+
 def check_sol(results):
     """Kernel vs reference on moderate shapes: 3D tiles (auto and forced), row-major, several β,
-    both estimators, sinks, text tokens after the grid."""
+    both estimators, sinks, text tokens after the grid; each precision against the reference of
+    that precision."""
     cases = [
         (1, 4096 + 37, None, 4, 128, torch.bfloat16, 1.0, "exact", None),
         (2, 3000, None, 3, 64, torch.float16, 1.5, "diag", [(2900, 3000)]),
@@ -119,21 +131,22 @@ def check_sol(results):
         (1, 5 * 45 * 80 + 256, (5, 45, 80), 2, 128, torch.bfloat16, 1.28, "diag", None),
         (3, 777, (7, 11, 10), 2, 128, torch.float16, float("-inf"), "exact", None),
     ]
-    for i, (B, L, grid, H, D, dtype, beta, est, sinks) in enumerate(cases):
+    for (i, (B, L, grid, H, D, dtype, beta, est, sinks)), precision in itertools.product(enumerate(cases),
+                                                                                         PRECISIONS):
         g = torch.Generator(device="cuda").manual_seed(1000 + i)
         q, k, v = (torch.randn(B, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3))
         kw = dict(beta=beta, estimator=est, sinks=sinks, grid=grid, return_stats=True)
         poison_allocator(q.numel() * q.element_size())
-        out, st = kernels.sol_attention(q, k, v, **kw)
-        ref, rst = kernels.sol_attention_reference(q, k, v, **kw)
-        entry = dict(method="sol", shape=[B, L, H, D], grid=grid, dtype=str(dtype), beta=beta, estimator=est,
-                     sinks=sinks, rel_l2_vs_reference=rel_l2(out, ref),
+        out, st = kernels.sol_attention(q, k, v, precision=precision, **kw)
+        ref, rst = kernels.sol_attention_reference(q, k, v, precision=ran_precision(precision).precision, **kw)
+        entry = dict(method="sol", precision=precision, shape=[B, L, H, D], grid=grid, dtype=str(dtype), beta=beta,
+                     estimator=est, sinks=sinks, rel_l2_vs_reference=rel_l2(out, ref),
                      all_finite=bool(torch.isfinite(out).all()),
                      exact_block_rows_differing=float((st["exact_blocks"] != rst["exact_blocks"]).float().mean()),
                      density_kernel=st["density"].mean().item(), density_reference=rst["density"].mean().item())
         entry["ok"] = entry["all_finite"] and entry["rel_l2_vs_reference"] < 2e-2
         results["checks"].append(entry)
-        print(f"check sol {entry['shape']} grid={grid} {dtype} β={beta} {est}: "
+        print(f"check sol {precision} {entry['shape']} grid={grid} {dtype} β={beta} {est}: "
               f"rel_l2={entry['rel_l2_vs_reference']:.2e} "
               f"finite={entry['all_finite']} density {entry['density_kernel']:.3f}/{entry['density_reference']:.3f} "
               f"rows differing {entry['exact_block_rows_differing']:.1e}", flush=True)
@@ -179,8 +192,9 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
     """Per sequence, kind of inputs (``SOL_INPUTS``), tiling (``rowmajor``, ``auto`` or
     ``bt:bh:bw``) and density: the whole call, the engine fed
     the same mask (the "lists" baseline), the routing alone, memory, and fidelity against
-    cuDNN on these inputs; once per block loop of ``loops`` (``LOOPS``). With ``kitchen``
-    (comfy-kitchen's ``sol_attn``), each row also gets ``bench_kitchen``'s timings."""
+    cuDNN on these inputs; once per block loop of ``loops`` (``LOOPS``) and precision
+    (``PRECISIONS``). With ``kitchen`` (comfy-kitchen's ``sol_attn``), each row also gets
+    ``bench_kitchen``'s timings."""
     for L, kind in itertools.product(seqs, inputs):
         grid = SOL_SHAPES.get(L)
         if kind == "video":
@@ -196,10 +210,10 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 g, tile = None, None
             else:
                 g, tile = grid, (None if tiling == "auto" else tuple(int(x) for x in tiling.split(":")))
-            for rho, loop in itertools.product(densities, loops):
+            for rho, loop, precision in itertools.product(densities, loops, PRECISIONS):
                 cfg = LOOPS[loop]
                 beta = kernels.beta_for_density(rho)
-                kw = dict(beta=beta, grid=g, tile=tile, config=cfg)
+                kw = dict(beta=beta, grid=g, tile=tile, config=cfg, precision=precision)
                 t0 = time.perf_counter()
                 out, st = kernels.sol_attention(q, k, v, return_stats=True, **kw)
                 torch.cuda.synchronize()
@@ -210,19 +224,23 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 layout, routing, scale = sol_pieces(q, k, v, beta, g, tile)
                 mask, pooled = routing()
                 t_route = bench_ms(routing, rep_ms)
-                t_lists = bench_ms(lambda: block_sparse_attention(q, k, v, mask, scale=scale, config=cfg), rep_ms)
+                # The engine fed the routed mask; with int8 it quantizes the keys itself (their
+                # smoothing mean from a PyTorch pass: the whole call takes it from the pooling).
+                engine = dict(scale=scale, precision=precision)
+                t_lists = bench_ms(lambda: block_sparse_attention(q, k, v, mask, config=cfg, **engine), rep_ms)
                 t_lists_pooled = bench_ms(
-                    lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=cfg), rep_ms)
+                    lambda: block_sparse_attention(q, k, v, mask, pooled=pooled, config=cfg, **engine), rep_ms)
                 pool_variants = {}  # the pooled term in other step sizes (LaunchConfig.pool_chunk)
                 for chunk in pool_chunks:
                     chunk_cfg = dataclasses.replace(cfg or ARCHITECTURES[(9, 0)], pool_chunk=chunk)
                     pool_variants[str(chunk)] = bench_ms(
-                        lambda: block_sparse_attention(q, k, v, mask, scale=scale, pooled=pooled, config=chunk_cfg),
+                        lambda: block_sparse_attention(q, k, v, mask, pooled=pooled, config=chunk_cfg, **engine),
                         rep_ms)
                 mask = pooled = None  # free the scratch before the next row
                 n_keep = max(64, int(round(density * L)))
                 t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
                 row = dict(L=L, inputs=kind, grid=g, tile=list(layout.tile), tiling=tiling, loop=loop,
+                           precision=precision, precision_ran=ran_precision(precision, cfg).describe(),
                            blocks=layout.n_blocks,
                            padding=layout.n_slots / L - 1, heads=H, head_dim=D, target_density=rho, beta=beta,
                            density=density, cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,
@@ -244,7 +262,8 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                           f"{kit['equal_error']['rel_l2_vs_dense']:.4f}", flush=True)
                 results["sol"].append(row)
                 save(results)
-                print(f"  {loop} {tiling} tile={row['tile']} ρ={rho:.2f} density={density:.3f} sol {t_sol:.2f} ms "
+                print(f"  {loop} {precision} {tiling} tile={row['tile']} ρ={rho:.2f} density={density:.3f} "
+                      f"sol {t_sol:.2f} ms "
                       f"({t_dense / t_sol:.2f}x) lists {t_lists:.2f} "
                       f"(+pooled {t_lists_pooled:.2f}) "
                       f"routing {t_route:.2f} overhead {100 * row['routing_and_correction_overhead']:.1f}% "
@@ -303,34 +322,46 @@ def bench_kitchen(sol_attn, q, k, v, ref, t_dense, beta, pack_rel_l2, rep_ms, st
 
 
 def bench_arch_configs(results, H, D, rep_ms, archs):
-    """Each architecture's launch configuration forced on this GPU: checked against the float
-    reference (two heads), then timed at full size against cuDNN in the same run."""
+    """Each architecture's launch configuration forced on this GPU, once per precision: checked
+    against the float reference of that precision (two heads), then timed at full size against
+    cuDNN in the same run, with each call's rel-L2 against cuDNN's output."""
     grid, tile = (21, 45, 80), (3, 8, 16)
     L = grid[0] * grid[1] * grid[2]
     q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=77)
+    ref_dense = cudnn_sdpa(q, k, v)
     t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
     params = {rho: psa_params_for_density(grid, tile, H, rho) for rho in (0.15, 0.40)}
     small = [x[:, :, :2] for x in (q, k, v)]
-    for cap in archs:
+    for cap, precision in itertools.product(archs, PRECISIONS):
         config = ARCHITECTURES[cap]
-        row = dict(arch=f"sm_{cap[0]}{cap[1]}", config=config.describe(), L=L, grid=grid, cudnn_ms=t_dense)
+        ran = ran_precision(precision, config)
+        row = dict(arch=f"sm_{cap[0]}{cap[1]}", config=config.describe(), precision=precision,
+                   precision_ran=ran.describe(), L=L, grid=grid, cudnn_ms=t_dense)
+        kw = dict(config=config, precision=precision)
         try:
             p2 = params[0.15][0][:2]
             poison_allocator(small[0].numel() * 2)
-            out = kernels.psa_attention(*small, grid=grid, params=p2, tile=tile, config=config)
-            row["psa_rel_l2_vs_reference"] = rel_l2(out, kernels.psa_attention_reference(*small, grid=grid, params=p2,
-                                                                                          tile=tile))
+            out = kernels.psa_attention(*small, grid=grid, params=p2, tile=tile, **kw)
+            row["psa_rel_l2_vs_reference"] = rel_l2(out, kernels.psa_attention_reference(
+                *small, grid=grid, params=p2, tile=tile, precision=ran.precision))
             poison_allocator(small[0].numel() * 2)
-            out = kernels.sol_attention(*small, beta=1.04, grid=grid, config=config)
-            row["sol_rel_l2_vs_reference"] = rel_l2(out, kernels.sol_attention_reference(*small, beta=1.04, grid=grid))
+            out = kernels.sol_attention(*small, beta=1.04, grid=grid, **kw)
+            row["sol_rel_l2_vs_reference"] = rel_l2(out, kernels.sol_attention_reference(
+                *small, beta=1.04, grid=grid, precision=ran.precision))
             for rho, (p, dens) in params.items():
-                ms = bench_ms(lambda: kernels.psa_attention(q, k, v, grid=grid, params=p, tile=tile, config=config),
-                              rep_ms)
-                row[f"psa_{rho:.2f}"] = dict(density=dens, ms=ms, speedup=t_dense / ms)
+                def psa():
+                    return kernels.psa_attention(q, k, v, grid=grid, params=p, tile=tile, **kw)
+                err = rel_l2(psa(), ref_dense)
+                ms = bench_ms(psa, rep_ms)
+                row[f"psa_{rho:.2f}"] = dict(density=dens, ms=ms, speedup=t_dense / ms, rel_l2_vs_cudnn=err)
             for rho in (0.10, 0.15):
                 beta = kernels.beta_for_density(rho)
-                ms = bench_ms(lambda: kernels.sol_attention(q, k, v, beta=beta, grid=grid, config=config), rep_ms)
-                row[f"sol_{rho:.2f}"] = dict(ms=ms, speedup=t_dense / ms)
+
+                def sol():
+                    return kernels.sol_attention(q, k, v, beta=beta, grid=grid, **kw)
+                err = rel_l2(sol(), ref_dense)
+                ms = bench_ms(sol, rep_ms)
+                row[f"sol_{rho:.2f}"] = dict(ms=ms, speedup=t_dense / ms, rel_l2_vs_cudnn=err)
         except Exception as exc:  # a configuration that fails is recorded, not fatal
             row["error"] = f"{type(exc).__name__}: {exc}"[:400]
         results["arch_configs"].append(row)
@@ -369,22 +400,24 @@ def psa_params_for_density(grid, tile, heads, rho):
 
 
 def check_psa(results):
+    """PSA kernel vs its reference, each precision against the reference of that precision."""
     cases = [((5, 9, 12), (2, 4, 8), 0, 1, 3, 128, torch.bfloat16),
              ((6, 16, 16), (3, 8, 8), 77, 2, 2, 64, torch.float16),
              ((21, 45, 80), (3, 8, 16), 0, 1, 2, 128, torch.bfloat16)]
-    for i, (grid, tile, extra, B, H, D, dtype) in enumerate(cases):
+    for (i, (grid, tile, extra, B, H, D, dtype)), precision in itertools.product(enumerate(cases), PRECISIONS):
         L = grid[0] * grid[1] * grid[2] + extra
         g = torch.Generator(device="cuda").manual_seed(2000 + i)
         q, k, v = (torch.randn(B, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3))
         params, dens = psa_params_for_density(grid, tile, H, 0.3)
+        kw = dict(grid=grid, params=params, tile=tile, extra_tokens=extra)
         poison_allocator(q.numel() * q.element_size())
-        out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
-        ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
-        entry = dict(method="psa", grid=grid, tile=tile, extra_tokens=extra, shape=[B, L, H, D], dtype=str(dtype),
-                     rel_l2_vs_reference=rel_l2(out, ref), all_finite=bool(torch.isfinite(out).all()))
+        out = kernels.psa_attention(q, k, v, precision=precision, **kw)
+        ref = kernels.psa_attention_reference(q, k, v, precision=ran_precision(precision).precision, **kw)
+        entry = dict(method="psa", precision=precision, grid=grid, tile=tile, extra_tokens=extra, shape=[B, L, H, D],
+                     dtype=str(dtype), rel_l2_vs_reference=rel_l2(out, ref), all_finite=bool(torch.isfinite(out).all()))
         entry["ok"] = entry["all_finite"] and entry["rel_l2_vs_reference"] < 2e-2
         results["checks"].append(entry)
-        print(f"check psa {grid} {tile} extra={extra} {dtype}: rel_l2={entry['rel_l2_vs_reference']:.2e} "
+        print(f"check psa {precision} {grid} {tile} extra={extra} {dtype}: rel_l2={entry['rel_l2_vs_reference']:.2e} "
               f"finite={entry['all_finite']}", flush=True)
 
 
@@ -414,22 +447,27 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default
         t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
         mem_dense = peak_extra_mb(lambda: cudnn_sdpa(q, k, v))
         print(f"PSA {name} grid={grid} tile={tile} L={L}: cuDNN {t_dense:.2f} ms", flush=True)
-        for rho, loop in itertools.product(densities, loops):
+        ref = cudnn_sdpa(q, k, v)
+        for rho, loop, precision in itertools.product(densities, loops, PRECISIONS):
             params, dens = psa_params_for_density(grid, tile, H, rho)
-            kw = dict(grid=grid, params=params, tile=tile, config=LOOPS[loop])
+            kw = dict(grid=grid, params=params, tile=tile, config=LOOPS[loop], precision=precision)
             t0 = time.perf_counter()
-            kernels.psa_attention(q, k, v, **kw)
+            out = kernels.psa_attention(q, k, v, **kw)
             torch.cuda.synchronize()
             first_call_s = time.perf_counter() - t0
+            err = rel_l2(out, ref)
+            del out
             t_psa = bench_ms(lambda: kernels.psa_attention(q, k, v, **kw), rep_ms)
             mem = peak_extra_mb(lambda: kernels.psa_attention(q, k, v, **kw))
             n_keep = max(64, int(round(dens * L)))
             t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
-            row = dict(shape=name, loop=loop, grid=grid, tile=tile, L=L, heads=H, head_dim=D, target_density=rho,
+            row = dict(shape=name, loop=loop, precision=precision,
+                       precision_ran=ran_precision(precision, LOOPS[loop]).describe(), grid=grid, tile=tile, L=L,
+                       heads=H, head_dim=D, target_density=rho, rel_l2_vs_cudnn=err,
                        density=dens, cudnn_ms=t_dense, psa_ms=t_psa, speedup=t_dense / t_psa,
                        ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal, share_of_ideal=t_ideal / t_psa,
                        first_call_s=first_call_s, peak_extra_mb_psa=mem, peak_extra_mb_cudnn=mem_dense)
-            if flex is not None and loop == loops[0]:
+            if flex is not None and loop == loops[0] and precision == PRECISIONS[0]:
                 try:
                     lay = tile_layout(grid, tile, device="cuda")
                     qb, kb, vb = (lay.to_blocks(x, dim=1).transpose(1, 2) for x in (q, k, v))
@@ -442,8 +480,8 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default
                     row["flex_error"] = f"{type(exc).__name__}: {exc}"[:300]
             results["psa"].append(row)
             save(results)
-            print(f"  {loop} ρ={rho:.2f} density={dens:.3f} psa {t_psa:.2f} ms ({t_dense / t_psa:.2f}x, "
-                  f"{100 * t_ideal / t_psa:.0f}% of ideal {t_dense / t_ideal:.2f}x) "
+            print(f"  {loop} {precision} ρ={rho:.2f} density={dens:.3f} psa {t_psa:.2f} ms ({t_dense / t_psa:.2f}x, "
+                  f"{100 * t_ideal / t_psa:.0f}% of ideal {t_dense / t_ideal:.2f}x) rel_l2 {err:.3f} "
                   f"flex {row.get('flex_speedup', float('nan')):.2f}x mem +{mem:.0f}MB vs +{mem_dense:.0f}MB "
                   f"first {first_call_s:.1f}s", flush=True)
 
@@ -517,6 +555,9 @@ def main(argv=None):
                     help="also time comfy-kitchen's sol_attn beside each Sol row (comfy_kitchen on PYTHONPATH)")
     ap.add_argument("--loops", default="default",
                     help=f"block loops to time, comma separated: {', '.join(LOOPS)} (default: this GPU's)")
+    ap.add_argument("--precisions", default="bf16",
+                    help=f"precisions of the exact blocks to time every row in, comma separated: "
+                         f"{', '.join(kernels.PRECISIONS)} (default bf16)")
     args = ap.parse_args(argv)
     loops = [x for x in args.loops.split(",") if x]
     unknown = sorted(set(loops) - set(LOOPS))
@@ -526,6 +567,11 @@ def main(argv=None):
     bad = sorted(set(sol_inputs) - set(SOL_INPUTS))
     if bad or not sol_inputs:
         ap.error(f"--sol-inputs: unknown {', '.join(bad) or '(none given)'}; choose from {', '.join(SOL_INPUTS)}")
+    precisions = [x for x in args.precisions.split(",") if x]
+    wrong = sorted(set(precisions) - set(kernels.PRECISIONS))
+    if wrong or not precisions:
+        ap.error(f"--precisions: unknown {', '.join(wrong) or '(none given)'}; choose from "
+                 f"{', '.join(kernels.PRECISIONS)}")
     sol_seqs = [int(x) for x in args.sol_seqs.split(",") if x]
     if "video" in sol_inputs and set(sol_seqs) - set(SOL_SHAPES):
         ap.error(f"--sol-inputs video needs a video grid: --sol-seqs from {sorted(SOL_SHAPES)}, got {args.sol_seqs}")
@@ -534,13 +580,14 @@ def main(argv=None):
         kitchen, why_not = kitchen_sol_attn()
         if kitchen is None:
             ap.error(f"--kitchen: {why_not}")
-    global OUT_PATH, QKV_LAYOUT
-    OUT_PATH, QKV_LAYOUT = args.out, args.layout
+    global OUT_PATH, QKV_LAYOUT, PRECISIONS
+    OUT_PATH, QKV_LAYOUT, PRECISIONS = args.out, args.layout, tuple(precisions)
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    comfy_kitchen=kitchen_version() if kitchen is not None else None,
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   python=platform.python_version(), layout=args.layout, checks=[], sol=[], psa=[], arch_configs=[])
+                   python=platform.python_version(), layout=args.layout, precisions=list(PRECISIONS), checks=[],
+                   sol=[], psa=[], arch_configs=[])
     if not args.skip_checks:
         check_sol(results)
         check_psa(results)

@@ -4,8 +4,11 @@ One study: for every block shape (``--tilings``: ``rowmajor`` 64-token slivers o
 ``auto`` = ``kernels.sol_tile_for_grid``, or a 64-token 3D tile ``bt:bh:bw``) and every target
 density (0.05-0.25), β is calibrated by bisection so that the achieved mean density of exact
 blocks (over all heads) equals the target (``sol_block_selection``), so every block shape is
-compared at equal density; then Sol-Attn runs on those same blocks. On CUDA the Triton path ``kernels.sol_attention`` runs in the workload dtype;
-elsewhere ``kernels.sol_attention_reference`` (float32).
+compared at equal density; then Sol-Attn runs on those same blocks, once per precision of the
+exact blocks' QKᵀ (``--precisions``: ``bf16``, the input dtype, and ``int8``; the β of a row is
+shared by its precisions). On CUDA the Triton path ``kernels.sol_attention`` runs in the
+workload dtype; elsewhere ``kernels.sol_attention_reference`` (float32, with the int8 operands
+of the kernels for ``int8``).
 
 Metrics: rel-L2 = ‖out − dense‖_F / ‖dense‖_F (per kind: sums of squares over its heads),
 mean row cosine = mean over (batch, token, head) rows of cos(out_row, dense_row). Dense is
@@ -13,6 +16,7 @@ exact float32 attention computed in chunks of query rows (TF32 off).
 
 CPU:  python benchmarks/fidelity.py --small
 GPU:  python benchmarks/fidelity.py --device cuda   (21×45×80 = 75,600 tokens, 40 heads, d = 128, bf16)
+      python benchmarks/fidelity.py --device cuda --precisions bf16,int8 --tilings auto
 """
 from __future__ import annotations
 
@@ -33,6 +37,7 @@ from benchmarks.workload import KINDS, default_logit_scale, video_qkv, workload_
 import kernels  # noqa: E402
 
 DENSITIES = (0.05, 0.10, 0.15, 0.20, 0.25)
+PRECISIONS = ("bf16", "int8")  # of the exact blocks' QKᵀ (kernels.PRECISIONS less "auto": no GPU to choose for)
 TILINGS = ("rowmajor", "auto", "2:4:8", "1:8:8", "4:4:4", "2:8:4")
 
 
@@ -90,9 +95,10 @@ def blocks_of(tiling: str, grid):
     return {"grid": tuple(grid), "tile": tuple(int(x) for x in tiling.split(":"))}
 
 
-def run_sol(q, k, v, beta, blocks):
-    """Sol-Attn output and per-head achieved density (H,): kernel on CUDA, reference elsewhere."""
-    kw = dict(beta=beta, return_stats=True, **blocks)
+def run_sol(q, k, v, beta, blocks, precision="bf16"):
+    """Sol-Attn output and per-head achieved density (H,): kernel on CUDA, reference elsewhere,
+    the exact blocks in ``precision``."""
+    kw = dict(beta=beta, return_stats=True, precision=precision, **blocks)
     if q.device.type == "cuda":
         out, st = kernels.sol_attention(q, k, v, **kw)
         torch.cuda.synchronize()
@@ -116,22 +122,26 @@ def calibrated_beta(q, k, v, target_density: float, blocks: dict, iters: int = 3
     return 0.5 * (lo + hi)
 
 
-def study(q, k, v, kinds, dense, grid, tilings, densities):
+def study(q, k, v, kinds, dense, grid, tilings, densities, precisions=("bf16",)):
+    """One row per block shape, target density and precision (the β calibrated once per block
+    shape and density, shared by the precisions)."""
     rows = []
     for tiling in tilings:
         blocks = blocks_of(tiling, grid)
         for rho in densities:
             beta = calibrated_beta(q, k, v, rho, blocks)
-            rec = {"tiling": tiling, "tile": list(blocks["tile"] or ()), "target_density": rho, "beta": beta}
-            t0 = time.time()
-            out, dens, impl = run_sol(q, k, v, beta, blocks)
-            rec["sol"] = aggregate(head_errors(out, dense), kinds, {"density": dens})
-            rec["sol"].update(impl=impl, seconds=time.time() - t0)
-            del out
-            rows.append(rec)
-            w = rec["sol"]["overall"]
-            print(f"{tiling:>8s} ρ={rho:.2f} β={beta:.3f} density {w['density']:.3f}: rel-L2 {w['rel_l2']:.4f} "
-                  f"cos {w['mean_cos']:.4f}", flush=True)
+            for precision in precisions:
+                rec = {"tiling": tiling, "tile": list(blocks["tile"] or ()), "target_density": rho, "beta": beta,
+                       "precision": precision}
+                t0 = time.time()
+                out, dens, impl = run_sol(q, k, v, beta, blocks, precision)
+                rec["sol"] = aggregate(head_errors(out, dense), kinds, {"density": dens})
+                rec["sol"].update(impl=impl, seconds=time.time() - t0)
+                del out
+                rows.append(rec)
+                w = rec["sol"]["overall"]
+                print(f"{tiling:>8s} {precision} ρ={rho:.2f} β={beta:.3f} density {w['density']:.3f}: "
+                      f"rel-L2 {w['rel_l2']:.4f} cos {w['mean_cos']:.4f}", flush=True)
     return rows
 
 
@@ -147,8 +157,14 @@ def main(argv=None):
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     ap.add_argument("--densities", type=float, nargs="+", default=list(DENSITIES))
     ap.add_argument("--tilings", default=",".join(TILINGS), help="block shapes, comma separated")
+    ap.add_argument("--precisions", default="bf16",
+                    help=f"precisions of the exact blocks, comma separated: {', '.join(PRECISIONS)} (default bf16)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    precisions = [x for x in args.precisions.split(",") if x]
+    wrong = sorted(set(precisions) - set(PRECISIONS))
+    if wrong or not precisions:
+        ap.error(f"--precisions: unknown {', '.join(wrong) or '(none given)'}; choose from {', '.join(PRECISIONS)}")
     if args.small:
         args.grid, args.heads, args.device, args.dtype = [8, 16, 24], 16, "cpu", "float32"
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -177,7 +193,8 @@ def main(argv=None):
     res["study"] = {
         "grid": args.grid, "tokens": q.shape[1], "heads": args.heads, "kinds": kinds,
         "logit_scale": default_logit_scale(q.shape[1]), "dense_lowp_rel_l2": floor,
-        "rows": study(q, k, v, kinds, dense, args.grid, [t for t in args.tilings.split(",") if t], args.densities),
+        "rows": study(q, k, v, kinds, dense, args.grid, [t for t in args.tilings.split(",") if t], args.densities,
+                      precisions),
     }
     res["head_gains"] = workload_info(kinds, args.seed, args.head_dim)
     res["total_seconds"] = time.time() - t_start

@@ -18,10 +18,14 @@ This module is the library's public API; the ComfyUI nodes use nothing else.
 - Arguments: ``check_beta``, ``check_number``, ``resolve_scale``, ``shown`` (a value as an
   error message echoes it).
 - ``config_for_device``: the launch configuration of a GPU.
+- Precision of the exact blocks' QKᵀ (the ``precision`` argument of ``sol_attention``,
+  ``psa_attention`` and their references): ``PRECISIONS``, ``check_precision``,
+  ``precision_for_device`` (what ``auto`` or a given precision runs on a GPU, and why).
 """
 from ._checks import check_beta, check_number, resolve_scale, shown
 from .block_mask import BlockMask, block_layout
 from .engine.launch_config import config_for_device
+from .engine.precision import PRECISIONS, check_precision, precision_for_device
 from .layout import check_grid, check_padding, check_tile, tile_layout, tokens_back, tokens_to_front
 from .preset_file import FieldChecks, MAX_AUTHOR, Preset, check_bucket_edges, load_preset, preset_from_selection
 from .preset_file import check_name as check_preset_name
@@ -51,5 +55,5 @@ __all__ = [
     "block_layout", "BlockMask", "tile_layout", "tokens_to_front", "tokens_back",
     "check_grid", "check_tile", "check_padding",
     "check_beta", "check_number", "resolve_scale", "shown",
-    "config_for_device",
+    "config_for_device", "PRECISIONS", "check_precision", "precision_for_device",
 ]

@@ -169,6 +169,14 @@ class BlockMask:
             self._lowered[key] = build(self)
         return self._lowered[key]
 
+    def heads(self, start: int, end: int) -> "BlockMask":
+        """The mask of heads start .. end (a group run apart); a reused mask keeps the ones it
+        made, and their work forms with them."""
+        if (start, end) == (0, self.num_heads):
+            return self
+        return self.lowering(("heads", start, end), lambda m: BlockMask(
+            m.layout, m.counts[:, start:end].contiguous(), m.bits[:, start:end].contiguous(), reused=m.reused))
+
     def density(self) -> torch.Tensor:
         """Share of visited (query block, key block) pairs, float32 (Bm, H) (no host sync)."""
         return self.counts.sum(dim=(-1, -2), dtype=torch.float32) / self.layout.n_blocks ** 2

@@ -23,6 +23,8 @@ PRESET_GRID_POLICIES = ("refuse", "rescale")  # kernels.Preset.params_for_grid
 # Beside ComfyUI's own Model Sparse Attention node on the same model (dispatch.core_sparse_node):
 # "defer" stands aside for the run, "share" runs the calls that node declines.
 BESIDE_CORE = ("defer", "share")
+# The precision of the kernels' exact blocks (kernels.PRECISIONS: auto, bf16, int8).
+PRECISIONS = tuple(kernels.PRECISIONS)
 shown = kernels.shown  # an echoed value, cut short
 
 
@@ -128,6 +130,7 @@ class PatchConfig:
     backend: str = "auto"
     preset_grid: str = "refuse"
     beside_core_node: str = "defer"
+    precision: str = "auto"
     dense_blocks_text: str = field(default="0", compare=False)
 
     @property
@@ -161,7 +164,7 @@ def _num(name, value, lo=None, hi=None, integer=False, allow_neg_inf=False):
 def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exact",
                 warmup=0.2, final_dense=0.0, dense_blocks="0", min_tokens=4096,
                 sol_tile=SOL_TILE_AUTO, backend="auto", preset_grid="refuse",
-                beside_core_node="defer") -> PatchConfig:
+                beside_core_node="defer", precision="auto") -> PatchConfig:
     """Validate widget values; raise ValueError/TypeError naming the widget."""
     if method not in METHODS:
         raise ValueError(f"method: expected one of {', '.join(METHODS)}, got {shown(method)}")
@@ -175,6 +178,7 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
     if beside_core_node not in BESIDE_CORE:
         raise ValueError(f"beside_core_node: expected one of {', '.join(BESIDE_CORE)}, "
                          f"got {shown(beside_core_node)}")
+    precision = kernels.check_precision(precision, "precision", PRECISIONS)
     beta = kernels.check_beta(_num("beta", beta, allow_neg_inf=True))
     target_sparsity = _num("target_sparsity", target_sparsity, 0.0, 0.999)
     if target_sparsity > 0.0 and 1.0 - target_sparsity == 1.0:  # no β reaches that density
@@ -189,5 +193,5 @@ def make_config(method="sol_attn", beta=1.5, target_sparsity=0.0, estimator="exa
         method=method, beta=beta, target_sparsity=target_sparsity, estimator=estimator,
         warmup=warmup, final_dense=final_dense, dense_blocks=parse_block_list(dense_blocks),
         min_tokens=min_tokens, sol_tile=parse_sol_tile(sol_tile), backend=backend,
-        preset_grid=preset_grid, beside_core_node=beside_core_node,
+        preset_grid=preset_grid, beside_core_node=beside_core_node, precision=precision,
         dense_blocks_text=str(dense_blocks))

@@ -188,9 +188,10 @@ class SparseAttention:
         self.stats.count(reason, self.fwd.step, self.fwd.block, density)
 
     def note_kernel_setup(self, q, plan, method):
-        """Once per run, for the summary: the GPU's launch configuration (and why) and the
-        method's blocks. Not inside a torch.compile region (the dict would become a guard,
-        the lookups graph breaks)."""
+        """Once per run, for the summary: the GPU's launch configuration (and why), the
+        precision of the exact blocks (and why: ``auto``'s choice for the GPU, or the widget's)
+        and the method's blocks. Not inside a torch.compile region (the dict would become a
+        guard, the lookups graph breaks)."""
         meta = self.stats.meta
         if torch.compiler.is_compiling() or "kernel_config" in meta:
             return
@@ -198,6 +199,7 @@ class SparseAttention:
             meta["kernel_config"] = kernels.config_for_device(q.device).describe()
         else:
             meta["kernel_config"] = f"backend {plan.backend} on {q.device.type}"
+        meta["precision"] = method.precision_text(plan, q.device)
         blocks = method.blocks_text(plan)
         if blocks is not None:
             meta["sol_blocks"] = blocks

@@ -61,6 +61,15 @@ class KernelMethod:
         """How the run summary describes the method's blocks, or None."""
         return None
 
+    def precision_text(self, plan: Plan, device) -> str:
+        """How the run summary describes the precision of a plan's calls on ``device``: what
+        ``auto`` chose for its GPU and why, or the float reference's (``ops.precision_for``)."""
+        if plan.backend == "reference":
+            why = "auto on backend reference" if self.config.precision == "auto" else "asked for"
+            reference = ops.precision_for("reference", self.config.precision)
+            return f"{reference} ({why}: the float32 reference of that path)"
+        return kernels.precision_for_device(self.config.precision, device).describe()
+
     def run(self, q4, k4, v4, plan: Plan):
         """The kernel on (B, L, H, D) q/k/v whose video tokens come first: ``(out, density)``."""
         raise NotImplementedError  # pragma: no cover - abstract
@@ -151,7 +160,8 @@ class SolAttn(KernelMethod):
             sinks, grid = None, span.grid
             tile = None if cfg.sol_tile == SOL_TILE_AUTO else cfg.sol_tile
         return ops.sol_attention(q4, k4, v4, beta=self.beta, estimator=cfg.estimator, sinks=sinks,
-                                 grid=grid, tile=tile, scale=plan.scale, backend=plan.backend)
+                                 grid=grid, tile=tile, scale=plan.scale, backend=plan.backend,
+                                 precision=cfg.precision)
 
 
 class PSA(KernelMethod):
@@ -212,7 +222,7 @@ class PSA(KernelMethod):
         span = plan.span
         out = ops.psa_attention(q4, k4, v4, grid=span.grid, params=plan.params, tile=self.preset.tile,
                                 extra_tokens=span.seq_len - span.count, scale=plan.scale,
-                                backend=plan.backend)
+                                backend=plan.backend, precision=self.config.precision)
         return out, plan.density
 
 

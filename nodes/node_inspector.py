@@ -45,8 +45,9 @@ def summary_json(s: dict) -> dict:
     steps = {}
     for step, c in s.get("steps", {}).items():
         steps[str(step)] = {k: (_num(v) if k == "mean_density" else v) for k, v in c.items()}
-    out = {k: s[k] for k in ("method", "family", "comfyui_version", "kernel_config", "sol_blocks", "num_blocks",
-                             "num_heads", "grid", "forwards", "calls", "sparse_calls", "dense_calls", "schedule")
+    out = {k: s[k] for k in ("method", "family", "comfyui_version", "kernel_config", "precision", "sol_blocks",
+                             "num_blocks", "num_heads", "grid", "forwards", "calls", "sparse_calls", "dense_calls",
+                             "schedule")
            if k in s}
     out["mean_density"] = _num(s.get("mean_density"))
     if "beta" in s:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from comfy_api.latest import io
 
 from ._kernels import kernels
-from .config import BACKENDS, BESIDE_CORE, ESTIMATORS, METHODS, PRESET_GRID_POLICIES, make_config
+from .config import BACKENDS, BESIDE_CORE, ESTIMATORS, METHODS, PRECISIONS, PRESET_GRID_POLICIES, make_config
 from .patching import patch_model
 
 PRESET_TYPE = "SPARSE_MASK_PRESET"
@@ -88,7 +88,7 @@ class SparseAttentionPatch(io.ComfyNode):
                                        "those calls stay dense with a warning naming both grids; "
                                        "rescale: stripe widths, offsets and strides are scaled "
                                        "to the new block grid (approximate, warned once)."),
-                # Last, so that saved workflows keep the order of the widgets before it.
+                # New widgets go last, so that saved workflows keep the order of those before.
                 io.Combo.Input("beside_core_node", options=list(BESIDE_CORE), default="defer",
                                optional=True,
                                tooltip="When ComfyUI's own 'Model Sparse Attention' node is on "
@@ -99,6 +99,16 @@ class SparseAttentionPatch(io.ComfyNode):
                                        "as core_sparse_node). share: this patch runs the video "
                                        "self-attention calls ComfyUI's node declines (e.g. "
                                        "LTX-Video's head dim 64). Without that node: no effect."),
+                io.Combo.Input("precision", options=list(PRECISIONS), default="auto", optional=True,
+                               tooltip="Precision of the sparse kernels' exact blocks (QKᵀ). auto: "
+                                       "the choice for this GPU's architecture, logged once and shown "
+                                       "in the Inspector's summary (bf16 on every GPU for now: int8 "
+                                       "is not yet measured). bf16: the model's dtype (bf16 or "
+                                       "fp16), as before. int8: q and k in int8, per block, k minus "
+                                       "its mean first (SageAttention-style); the values, Sol's "
+                                       "routing and its pooled term stay in the model's dtype. Its "
+                                       "speed and error on GPUs are not measured yet. backend "
+                                       "reference: the float32 reference of that precision."),
             ],
             outputs=[io.Model.Output(tooltip="The patched model.")],
         )
@@ -107,10 +117,10 @@ class SparseAttentionPatch(io.ComfyNode):
     def execute(cls, model, method="sol_attn", beta=1.5, target_sparsity=0.0,
                 estimator="exact", warmup=0.2, final_dense=0.0, dense_blocks="0",
                 min_tokens=4096, sol_tile="auto", backend="auto", preset=None,
-                preset_grid="refuse", beside_core_node="defer") -> io.NodeOutput:
+                preset_grid="refuse", beside_core_node="defer", precision="auto") -> io.NodeOutput:
         config = make_config(method=method, beta=beta, target_sparsity=target_sparsity,
                              estimator=estimator, warmup=warmup, final_dense=final_dense,
                              dense_blocks=dense_blocks, min_tokens=min_tokens, sol_tile=sol_tile,
                              backend=backend, preset_grid=preset_grid,
-                             beside_core_node=beside_core_node)
+                             beside_core_node=beside_core_node, precision=precision)
         return io.NodeOutput(patch_model(model, config, preset=preset))

@@ -11,6 +11,10 @@ kernel's first run, so an argument the launcher refuses fails here too. It never
     python tools/compile_kernels.py --arch sm_80,sm_86,sm_89,sm_90,sm_100,sm_120
     PYTHONPATH=.cache/triton-3.6.0 python tools/compile_kernels.py ...   # another Triton
 
+The cases run in bf16 (the input dtype), and the cases of ``INT8_CASES`` again with int8 exact
+blocks (``precision="int8"``: the portable kernel's int8 variant, Sol's pooling pass with the
+float64 key sums, the key quantization kernel); their names end in ", int8".
+
 One line per (architecture, kernel variant): shared memory against the architecture's limit
 per block, registers per thread (``cuobjdump -res-usage`` of the cubin), spills. Exit 1 when
 any launch fails to compile or asks for more shared memory than its architecture has.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import itertools
 import json
 import os
 import re
@@ -51,6 +56,7 @@ import kernels.engine.id_lists as id_lists  # noqa: E402
 import kernels.engine.launch_order as launch_order  # noqa: E402
 import kernels.engine.pair_streams as pair_streams  # noqa: E402
 import kernels.engine.portable as portable  # noqa: E402
+import kernels.engine.quantize as quantize  # noqa: E402
 import kernels.sol_gpu_routing as sol_gpu_routing  # noqa: E402
 from kernels.engine.launch_config import ARCHITECTURES  # noqa: E402
 
@@ -165,10 +171,18 @@ SOL_CASES = [
 ]
 
 
+# Cases built again with int8 exact blocks: both loops (TMA boxes and the pointer loop), text
+# blocks, padding, fp16 and d 64, a view of a fused qkv, Sol's pooled term, row-major blocks.
+INT8_CASES = ("psa wan720p tile, padded grid", "psa hunyuan single block, text", "psa hunyuan768p tile, fp16 d64",
+              "psa 30-token tiles", "sol 3D tiles, padded grid, text sinks", "sol 3D tiles, fp16 d64",
+              "sol row-major, ragged tail")
+INT8 = ", int8"
+assert set(INT8_CASES) <= {case[0] for case in PSA_CASES + SOL_CASES}, "INT8_CASES names a case that does not exist"
+
 KERNELS = ((portable, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
            (sol_gpu_routing, "_pool_kernel"), (sol_gpu_routing, "_route_kernel"),
            (id_lists, "_lists_from_bits_kernel"), (launch_order, "_heaviest_first_kernel"),
-           (pair_streams, "_pair_steps_kernel"))
+           (pair_streams, "_pair_steps_kernel"), (quantize, "_quantize_keys_kernel"))
 
 
 def capture_launches(config):
@@ -178,19 +192,27 @@ def capture_launches(config):
     for mod, name in KERNELS:
         setattr(mod, name, captured[name])
     launches = []
+    precisions = [("", "bf16"), (INT8, "int8")]
     try:
-        for name, grid, tile, extra, dtype, D, layout in PSA_CASES:
+        for (suffix, precision), (name, grid, tile, extra, dtype, D, layout) in itertools.product(precisions,
+                                                                                                 PSA_CASES):
+            if precision == "int8" and name not in INT8_CASES:
+                continue
             L = grid[0] * grid[1] * grid[2] + extra
             q, k, v = qkv(1, L, 2, D, dtype, layout)
             kernels.psa_attention(q, k, v, grid=grid, params=PSA_PARAMS, tile=tile, extra_tokens=extra,
-                                  config=config)
-            launches += [(name, captured[n], *c) for n in captured for c in captured[n].calls]
+                                  config=config, precision=precision)
+            launches += [(name + suffix, captured[n], *c) for n in captured for c in captured[n].calls]
             for c in captured.values():
                 c.calls.clear()
-        for name, L, grid, dtype, D, layout, estimator in SOL_CASES:
+        for (suffix, precision), (name, L, grid, dtype, D, layout, estimator) in itertools.product(precisions,
+                                                                                                  SOL_CASES):
+            if precision == "int8" and name not in INT8_CASES:
+                continue
             q, k, v = qkv(1, L, 2, D, dtype, layout)
-            kernels.sol_attention(q, k, v, beta=1.0, grid=grid, estimator=estimator, config=config)
-            launches += [(name, captured[n], *c) for n in captured for c in captured[n].calls]
+            kernels.sol_attention(q, k, v, beta=1.0, grid=grid, estimator=estimator, config=config,
+                                  precision=precision)
+            launches += [(name + suffix, captured[n], *c) for n in captured for c in captured[n].calls]
             for c in captured.values():
                 c.calls.clear()
     finally:
@@ -242,6 +264,15 @@ def parse_archs(text: str) -> list[int]:
     return out
 
 
+def write_table(path, table):
+    """The ``--json`` table, one launch per line (a reviewable diff when a launch changes)."""
+    rows = table["rows"]
+    head = {k: v for k, v in table.items() if k != "rows"}
+    with open(path, "w") as f:
+        f.write("{\n" + "".join(f" {json.dumps(k)}: {json.dumps(v)},\n" for k, v in head.items()) + ' "rows": [\n')
+        f.write(",\n".join("  " + json.dumps(row) for row in rows) + "\n ]\n}\n")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python tools/compile_kernels.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--arch", default=DEFAULT_ARCHS, help=f"comma-separated targets (default {DEFAULT_ARCHS})")
@@ -273,6 +304,7 @@ def main(argv=None) -> int:
             seen.add(key)
             ws = kernel == "_ws_block_sparse_kernel"
             row = {"arch": f"sm_{cap}", "triton": triton.__version__, "case": case, "kernel": kernel,
+                   "precision": "int8" if case.endswith(INT8) else "bf16",
                    "tma": ws or bool(kw.get("TMA", False)), "warp_specialized": ws, "num_warps": kw.get("num_warps", 4),
                    "num_stages": kw.get("num_stages", 3), "limit": limit}
             try:
@@ -290,8 +322,7 @@ def main(argv=None) -> int:
                 print(f"FAIL sm_{cap} {kernel} {case}:\n{traceback.format_exc()}", flush=True)
             rows.append(row)
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"triton": triton.__version__, "rows": rows}, f, indent=1)
+        write_table(args.json, {"triton": triton.__version__, "int8_cases": list(INT8_CASES), "rows": rows})
     if args.ptx:
         with open(args.ptx, "w") as f:
             json.dump({"triton": triton.__version__, "launches": instructions}, f)

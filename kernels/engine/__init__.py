@@ -10,7 +10,15 @@ lowers the mask to that backend's work form:
   lists for 128-row tiles (PSA), pair streams for 64-row tiles (Sol-Attn, ``pair_streams``).
 
 ``launch_config`` holds the per-architecture launch configurations; ``launch_order`` the
-order programs run in.
+order programs run in; ``precision`` the precision of the exact blocks' QKᵀ ("bf16", "int8",
+or "auto": per architecture), with ``quantize`` the int8 operands. An int8 call always runs
+the portable kernel: on a launch row whose loop is the warp-specialised Hopper loop (sm_90)
+that loop has no int8 path yet, and the portable kernel (TMA boxes there) takes the call.
+
+Scratch memory: a caller that allocates work memory per head (Sol's pooled means, its mask
+and the engine's work form of it; int8 keys, for both methods) runs its heads in groups whose
+scratch stays within ``SCRATCH_SHARE`` of the output's bytes (:func:`head_groups`), each group
+freed before the next is allocated.
 """
 from __future__ import annotations
 
@@ -28,9 +36,12 @@ from .id_lists import id_list_bytes
 from .launch_config import LaunchConfig, config_for_device
 from .pair_streams import pair_stream_bytes
 from .portable import portable_attention
+from .precision import resolve_precision
+from .quantize import quantize_keys, quantized_key_bytes, shifted
 from .tile_loop import tma_sub_frames
 
-__all__ = ["block_sparse_attention", "load_hopper_loop", "query_tile_rows", "work_bytes_per_head"]
+__all__ = ["block_sparse_attention", "load_hopper_loop", "query_tile_rows", "work_bytes_per_head", "head_groups",
+           "SCRATCH_SHARE", "SCRATCH_FLOOR"]
 
 log = logging.getLogger("sparse_video_attention.kernels")
 
@@ -38,6 +49,22 @@ log = logging.getLogger("sparse_video_attention.kernels")
 # Gluon, or a warp_specialize of another signature: they run the portable kernel everywhere.
 HOPPER_LOOP_MIN_TRITON = (3, 6)
 MAX_TILE_ROWS = 128  # query rows of a program: a PSABlock (384 tokens at Wan 720p) is walked in tiles
+# Scratch memory per call, as a share of the output (dense attention allocates the output
+# too): the benchmark's target is "peak extra memory <= dense + 5 %". Small calls may use
+# SCRATCH_FLOOR bytes regardless.
+SCRATCH_SHARE = 0.04
+SCRATCH_FLOOR = 32 * 2**20
+
+
+def head_groups(num_heads: int, per_head_bytes: int, output_bytes: int) -> list[tuple[int, int]]:
+    """[(first, end), ...] contiguous head ranges whose scratch fits the budget (>= 1 head), as
+    few as fit and as even as they can be: each group is one launch of the loop, whose last
+    wave leaves SMs idle, so 40 heads by 12 run as 10, 10, 10, 10 rather than 12, 12, 12, 4."""
+    budget = max(SCRATCH_SHARE * output_bytes, SCRATCH_FLOOR)
+    most = max(1, min(num_heads, int(budget // max(1, per_head_bytes))))
+    n_groups = -(-num_heads // most)
+    bounds = [num_heads * g // n_groups for g in range(n_groups + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
 
 
 @functools.lru_cache(maxsize=1)
@@ -63,9 +90,11 @@ def query_tile_rows(layout: BlockLayout) -> int:
     return min(MAX_TILE_ROWS, max(16, triton.next_power_of_2(layout.block_tokens)))
 
 
-def _hopper_loop_runs(q, k, v, layout: BlockLayout, *, pooled: bool, config: LaunchConfig) -> bool:
-    """Whether a call runs the warp-specialised Hopper loop (else the portable kernel)."""
-    if not config.warp_specialized:
+def _hopper_loop_runs(q, k, v, layout: BlockLayout, *, pooled: bool, config: LaunchConfig,
+                      precision: str) -> bool:
+    """Whether a call runs the warp-specialised Hopper loop (else the portable kernel): never
+    with int8 exact blocks, which that loop has no path for."""
+    if not config.warp_specialized or precision == "int8":
         return False
     hopper = load_hopper_loop()
     sub_frames = tma_sub_frames(layout.tile) if config.tma else None
@@ -73,29 +102,44 @@ def _hopper_loop_runs(q, k, v, layout: BlockLayout, *, pooled: bool, config: Lau
                                                       config.num_stages, pooled)
 
 
-def work_bytes_per_head(q, k, v, layout: BlockLayout, *, pooled: bool, config: Optional[LaunchConfig] = None) -> int:
+def work_bytes_per_head(q, k, v, layout: BlockLayout, *, pooled: bool, config: Optional[LaunchConfig] = None,
+                        precision: str = "bf16") -> int:
     """Device memory the backend that runs a call needs for one head of one batch entry of a
-    mask of one call, for its work form: id lists or pair streams."""
+    mask of one call: its work form (id lists or pair streams) and, with ``precision``
+    "int8" (resolved: not "auto"), the quantized keys (``quantize.quantized_key_bytes``)."""
     config = config or config_for_device(q.device)
-    if _hopper_loop_runs(q, k, v, layout, pooled=pooled, config=config) and query_tile_rows(layout) == 64:
+    if _hopper_loop_runs(q, k, v, layout, pooled=pooled, config=config, precision=precision) \
+            and query_tile_rows(layout) == 64:
         return pair_stream_bytes(layout.n_blocks)
-    return id_list_bytes(layout.n_blocks)
+    keys = quantized_key_bytes(layout, q.shape[3], q.element_size(), pooled) if precision == "int8" else 0
+    return id_list_bytes(layout.n_blocks) + keys
 
 
 def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optional[torch.Tensor] = None,
                            head_base: int = 0, pooled: Optional[PooledBlocks] = None,
-                           config: Optional[LaunchConfig] = None) -> torch.Tensor:
+                           config: Optional[LaunchConfig] = None, precision: str = "auto",
+                           key_mean: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Run the engine on q/k/v (B, L, H, D) in sequence order (any strides with unit last
     stride) for heads ``head_base .. head_base + mask.num_heads``; writes and returns ``out``
     (allocated (B, L, H, D) when None). ``config``: the architecture's launch configuration
-    (``launch_config``; default: the device's)."""
+    (``launch_config``; default: the device's). ``precision``: of the exact blocks' QKᵀ,
+    "auto" (``precision.AUTO_PRECISION``'s row of ``config``), "bf16" (the input dtype) or
+    "int8" (``quantize``: the keys of these heads are quantized here, smoothed by
+    ``key_mean`` (B, Hg, D) float32 when the caller has it, else by ``quantize.key_means``;
+    the portable kernel runs the call)."""
     lay = mask.layout
     config = config or config_for_device(q.device)
+    precision = resolve_precision(precision, config).precision
     if out is None:
         out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None
     block_m = query_tile_rows(lay)
-    if _hopper_loop_runs(q, k, v, lay, pooled=pooled is not None, config=config):
+    if precision == "int8":
+        keys = quantize_keys(k, lay, head_base, mask.num_heads, key_mean)
+        pooled = None if pooled is None else shifted(pooled, keys.mean)
+        return portable_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base, pooled=pooled,
+                                  config=config, block_m=block_m, sub_frames=sub_frames, keys=keys)
+    if _hopper_loop_runs(q, k, v, lay, pooled=pooled is not None, config=config, precision=precision):
         with device_guard(q):
             return load_hopper_loop().ws_block_sparse_attention(
                 q, k, v, mask, scale=scale, out=out, head_base=head_base, pooled=pooled, block_m=block_m,

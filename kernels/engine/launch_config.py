@@ -23,7 +23,7 @@ from .._device import triton_interpreting
 
 log = logging.getLogger("sparse_video_attention.kernels")
 
-__all__ = ["LaunchConfig", "config_for_capability", "config_for_device", "ARCHITECTURES"]
+__all__ = ["LaunchConfig", "config_for_capability", "config_for_device", "row_capability", "ARCHITECTURES"]
 
 
 @dataclass(frozen=True)
@@ -79,17 +79,27 @@ ARCHITECTURES = {
 }
 
 
-def config_for_capability(capability) -> LaunchConfig:
-    """The row for a compute capability: its own, else the nearest older one of the same
-    family (sm_87 → sm_86, sm_103 → sm_100, sm_121 → sm_120), else the nearest older known."""
+def row_capability(capability) -> tuple:
+    """The capability whose row a GPU takes: its own, else the nearest older one of the same
+    family (sm_87 → sm_86, sm_103 → sm_100, sm_121 → sm_120), else the nearest older known.
+    The precision table (``precision``) is keyed the same way."""
     cap = tuple(int(x) for x in capability)
     if cap in ARCHITECTURES:
-        return ARCHITECTURES[cap]
+        return cap
     older = [c for c in ARCHITECTURES if c <= cap]
     if not older:
         raise ValueError(f"compute capability {cap} is older than the oldest supported (sm_80)")
     same_major = [c for c in older if c[0] == cap[0]]
-    base = ARCHITECTURES[max(same_major or older)]
+    return max(same_major or older)
+
+
+def config_for_capability(capability) -> LaunchConfig:
+    """The row for a compute capability (``row_capability``): its own, or a copy of the row it
+    takes, renamed and with the reason."""
+    cap = tuple(int(x) for x in capability)
+    base = ARCHITECTURES[row_capability(cap)]
+    if base.capability == cap:
+        return base
     return replace(base, name=f"{base.name}-like", capability=cap,
                    reason=f"no row for sm_{cap[0]}{cap[1]}: using sm_{base.capability[0]}{base.capability[1]}'s "
                           f"({base.reason})")

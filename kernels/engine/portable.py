@@ -11,6 +11,10 @@ place through the slot map) and folds, in one online softmax (``tile_loop``):
 The output is written in place, in the caller's token order. Programs run in the lists' work
 order (axis 0) for every batch entry (axis 1). A ``head_base`` lets one call cover a group of
 heads (Sol runs its heads in groups to bound its scratch memory, see ``sol``).
+
+With int8 keys (``quantize.QuantizedKeys``, ``precision`` "int8") the exact loops read the
+group's key codes instead of k, and the program quantizes its query tile itself after loading
+it (``quantize.quantize_query_tile``): the pooled term keeps the tile in the input dtype.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from ..block_mask import BlockMask, PooledBlocks
 from .id_lists import id_lists
 from .launch_args import grid_geometry, strides
 from .launch_config import LaunchConfig
+from .quantize import QuantizedKeys, quantize_query_tile
 from .tile_loop import (
     NEG_BIG,
     attend_gathered_blocks,
@@ -41,7 +46,7 @@ from .tile_loop import (
 def _block_sparse_kernel(
     Q, K, V, O, K_DESC, V_DESC,
     WORK, COUNTS, IDS, ROW_MAP,
-    K_POOL, V_POOL, LOG2_LEN, ROUTED_BITS,
+    K_POOL, V_POOL, LOG2_LEN, ROUTED_BITS, K_SCALES,
     stride_qb, stride_qn, stride_qh,
     stride_kb, stride_kn, stride_kh,
     stride_vb, stride_vn, stride_vh,
@@ -54,8 +59,10 @@ def _block_sparse_kernel(
     DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
     TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
-    GRID_PADDED: tl.constexpr, POOLED: tl.constexpr, POOL_CHUNK: tl.constexpr,
+    GRID_PADDED: tl.constexpr, POOLED: tl.constexpr, POOL_CHUNK: tl.constexpr, QUANTIZED: tl.constexpr,
 ):
+    # K: k, or (QUANTIZED) the int8 key codes of the group's heads only, with their (B, Hg, NB)
+    # scales in K_SCALES.
     work = tl.load(WORK + tl.program_id(0))
     hq = work // tiles_per_block
     q_tile = work % tiles_per_block
@@ -70,10 +77,24 @@ def _block_sparse_kernel(
     rows = tl.maximum(rows, 0).to(OFFSET_DTYPE)
     q = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
+    if QUANTIZED:
+        # The tile's int8 codes and scale (engine.quantize); q itself stays for the pooled term.
+        q_nan = tl.max((q != q).to(tl.int32), 1) > 0
+        q_exact, q_scale = quantize_query_tile(q, row_ok)
+        score_scale = q_scale * qk_scale_log2
+        hk = hq // num_blocks  # the codes hold the group's heads only
+        k_heads = group_heads
+        key_scales = K_SCALES + (b.to(tl.int64) * group_heads + hk) * num_blocks
+    else:
+        q_exact = q
+        score_scale = qk_scale_log2
+        hk = h
+        k_heads = num_heads
+        key_scales = K_SCALES
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     m_i = tl.full([BLOCK_M], NEG_BIG, dtype=tl.float32)
-    k_base = K + head_offset(b, h, stride_kb, stride_kh)
+    k_base = K + head_offset(b, hk, stride_kb, stride_kh)
     v_base = V + head_offset(b, h, stride_vb, stride_vh)
     list_row = b.to(tl.int64) * list_batch_stride + hq
     n_grid = tl.load(COUNTS + list_row * 2)
@@ -85,24 +106,25 @@ def _block_sparse_kernel(
             acc, l_i, m_i, q, K_POOL + pool_off, V_POOL + pool_off, LOG2_LEN,
             ROUTED_BITS + list_row * bits_stride, num_blocks, qk_scale_log2, HEAD_DIM, POOL_CHUNK, DOT_DTYPE)
     if TMA:
-        k_b, k_col = tma_box_origin(b, h, num_heads, HEAD_DIM, K_HEADS_IN_COLUMNS)
+        k_b, k_col = tma_box_origin(b, hk, k_heads, HEAD_DIM, K_HEADS_IN_COLUMNS)
         v_b, v_col = tma_box_origin(b, h, num_heads, HEAD_DIM, V_HEADS_IN_COLUMNS)
         acc, l_i, m_i = attend_tma_boxes(
-            acc, l_i, m_i, q, K_DESC, V_DESC, k_b, k_col, v_b, v_col,
+            acc, l_i, m_i, q_exact, K_DESC, V_DESC, k_b, k_col, v_b, v_col,
             ids, n_grid, GRID_HW, GRID_W, tokens_t, tokens_h, tokens_w,
-            qk_scale_log2, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE, GRID_PADDED)
+            score_scale, key_scales, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE, GRID_PADDED, QUANTIZED)
     else:
         acc, l_i, m_i = attend_gathered_blocks(
-            acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, ids, n_grid, ROW_MAP, qk_scale_log2,
-            BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, GRID_PADDED)
+            acc, l_i, m_i, q_exact, k_base, v_base, stride_kn, stride_vn, ids, n_grid, ROW_MAP, score_scale,
+            key_scales, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, GRID_PADDED, QUANTIZED)
     acc, l_i, m_i = attend_gathered_blocks(
-        acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, ids + n_grid, n_extra, ROW_MAP, qk_scale_log2,
-        BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, True)
+        acc, l_i, m_i, q_exact, k_base, v_base, stride_kn, stride_vn, ids + n_grid, n_extra, ROW_MAP, score_scale,
+        key_scales, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, True, QUANTIZED)
     # A row with no term at all (Sol without its pooled term, nothing picked) is zero, unless
     # its query is NaN: NaN in, NaN out.
     empty = l_i == 0
     out = acc / tl.where(empty, 1.0, l_i)[:, None]
-    q_nan = tl.max((q != q).to(tl.int32), 1) > 0
+    if not QUANTIZED:
+        q_nan = tl.max((q != q).to(tl.int32), 1) > 0
     out = tl.where((empty & q_nan)[:, None], float("nan"), out)
     tl.store(O + head_offset(b, h, stride_ob, stride_oh) + rows[:, None] * stride_on + offs_d[None, :],
              out.to(O.dtype.element_ty), mask=row_ok[:, None])
@@ -110,25 +132,30 @@ def _block_sparse_kernel(
 
 def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Tensor, head_base: int,
                        pooled: PooledBlocks | None, config: LaunchConfig, block_m: int,
-                       sub_frames: int | None) -> torch.Tensor:
+                       sub_frames: int | None, keys: QuantizedKeys | None = None) -> torch.Tensor:
     """``engine.block_sparse_attention`` with the portable kernel: the mask lowered to id lists
-    of ``block_m``-row tiles; TMA boxes of ``sub_frames`` frames where given."""
+    of ``block_m``-row tiles; TMA boxes of ``sub_frames`` frames where given; int8 exact
+    blocks when ``keys`` holds the group's quantized keys (the pooled keys then already
+    shifted by their mean, ``quantize.shifted``)."""
     lay = mask.layout
     B, L, H, D = q.shape
     lists = id_lists(mask, block_m)
     bt = lay.block_tokens
-    descs = grid_descriptors((k, v), lay.grid, (sub_frames, lay.tile[1], lay.tile[2])) if sub_frames else None
-    k_desc, v_desc = descs[0] if descs else (k, v)
+    k_read = k if keys is None else keys.codes
+    sub_tile = (sub_frames, lay.tile[1], lay.tile[2])
+    descs = grid_descriptors((k_read, v), lay.grid, sub_tile) if sub_frames else None
+    k_desc, v_desc = descs[0] if descs else (k_read, v)
     block_n = min(config.psa_block_n, max(16, triton.next_power_of_2(bt)))
     batch_shared = mask.counts.shape[0] == 1
     pool = pooled if pooled is not None else PooledBlocks(k, v, lay.lengths)  # unused tensors when not pooled
     bits = mask.bits if pooled is not None else mask.counts
     with device_guard(q):
         _block_sparse_kernel[(lists.work.shape[0], B)](
-            Q=q, K=k, V=v, O=out, K_DESC=k_desc, V_DESC=v_desc,
+            Q=q, K=k_read, V=v, O=out, K_DESC=k_desc, V_DESC=v_desc,
             WORK=lists.work, COUNTS=mask.counts, IDS=lists.ids, ROW_MAP=lay.row_map,
             K_POOL=pool.k_mean, V_POOL=pool.v_mean, LOG2_LEN=pool.log2_len, ROUTED_BITS=bits,
-            **strides(q=q, k=k, v=v, o=out),
+            K_SCALES=pool.log2_len if keys is None else keys.scales,  # unused without int8 keys
+            **strides(q=q, k=k_read, v=v, o=out),
             num_heads=H, head_base=head_base, group_heads=mask.num_heads, num_blocks=lay.n_blocks,
             tiles_per_block=lists.tiles_per_block,
             list_batch_stride=0 if batch_shared else mask.num_heads * lay.n_blocks,
@@ -136,11 +163,11 @@ def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Ten
             qk_scale_log2=scale * math.log2(math.e),
             **grid_geometry(lay),
             HEAD_DIM=D, BLOCK_TOKENS=bt, BLOCK_M=block_m, BLOCK_N=block_n,
-            DOT_DTYPE=dot_dtype_for(q.dtype), OFFSET_DTYPE=row_offset_dtype(L, q, k, v, out),
+            DOT_DTYPE=dot_dtype_for(q.dtype), OFFSET_DTYPE=row_offset_dtype(L, q, k_read, v, out),
             TMA=descs is not None, K_HEADS_IN_COLUMNS=bool(descs and descs[1][0]),
             V_HEADS_IN_COLUMNS=bool(descs and descs[1][1]), SUB_T=sub_frames or 1,
             GRID_PADDED=lay.padded or bt % block_n != 0, POOLED=pooled is not None,
-            POOL_CHUNK=config.pool_chunk,
+            POOL_CHUNK=config.pool_chunk, QUANTIZED=keys is not None,
             num_warps=config.psa_warps if block_m > 64 else config.sol_warps,
             num_stages=config.num_stages,
         )

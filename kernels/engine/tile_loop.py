@@ -15,6 +15,11 @@ running sum ``l_i`` and accumulator ``acc``:
   s·q·K̄_j + log(len_j): exp(s·q·K̄_j)·len_j in the denominator and the same times V̄_j in the
   numerator (len_j·V̄_j is the block's value sum, which as a float16 operand would overflow).
 
+The exact loops take their QKᵀ operands in the input dtype, or in int8 (``QUANTIZED``,
+``precision`` "int8", ``engine.quantize``): the int32 dot times the query tile's scale, the
+softmax scale (both in ``score_scale``) and the key block's scale (:func:`exact_scores`).
+P·V stays in the input dtype either way.
+
 Masking is an additive bias on the scaled scores (0 or -inf), one fused multiply-add per
 element, so a padded tile costs no more than a full one. ``m_i`` starts at a large finite
 negative number rather than -inf, so a tile whose entries are all -inf leaves the state
@@ -43,6 +48,19 @@ def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
 
 
 @triton.jit
+def exact_scores(q, k, score_scale, key_scales, blk, DOT_DTYPE: tl.constexpr, QUANTIZED: tl.constexpr):
+    """Scores (log2 domain) of a query tile against key rows ``k`` of block ``blk``: q·kᵀ
+    times ``score_scale``; with int8 operands (QUANTIZED) the int32 dot times ``score_scale``
+    (the query tile's scale times the softmax scale) and the key block's scale at
+    ``key_scales + blk``. The int32 sum is exact in float32 (|sum| <= 127² · 128 < 2²⁴)."""
+    if QUANTIZED:
+        s = tl.dot(q, tl.trans(k)).to(tl.float32) * (score_scale * tl.load(key_scales + blk))
+    else:
+        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * score_scale
+    return s
+
+
+@triton.jit
 def next_block_id(block_ids, blk_next, t, n_steps, SUB: tl.constexpr):
     """Block of loop step ``t`` (``blk_next``, fetched one step earlier) and the block of step
     t + 1. Fetching the id in the step that uses it put its load latency in front of every
@@ -56,9 +74,9 @@ def next_block_id(block_ids, blk_next, t, n_steps, SUB: tl.constexpr):
 @triton.jit
 def attend_gathered_blocks(
     acc, l_i, m_i, q,
-    k_base, v_base, stride_kn, stride_vn, block_ids, count, row_map, qk_scale_log2,
+    k_base, v_base, stride_kn, stride_vn, block_ids, count, row_map, score_scale, key_scales,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, PADDED: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, PADDED: tl.constexpr, QUANTIZED: tl.constexpr,
 ):
     """Visit ``count`` key blocks listed at ``block_ids``, each in ceil(BLOCK_TOKENS / BLOCK_N)
     sub-tiles of BLOCK_N slots whose rows come from ``row_map`` (slot → token, -1 = padding).
@@ -67,7 +85,8 @@ def attend_gathered_blocks(
     strides (a v that is a view of a fused qkv, say). PADDED: some listed block has padding
     slots or the tile is cut by BLOCK_N (their scores become -inf). OFFSET_DTYPE is int32
     whenever every row offset of one (batch, head) fits (the host checks), since 64-bit address
-    arithmetic on every tile element costs twice the instructions.
+    arithmetic on every tile element costs twice the instructions. ``score_scale``,
+    ``key_scales``, QUANTIZED: :func:`exact_scores` (k then points at int8 codes).
     """
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
@@ -84,7 +103,7 @@ def attend_gathered_blocks(
             rows = tl.load(row_map + blk * BLOCK_TOKENS + local)
         k = tl.load(k_base + rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :])
         v = tl.load(v_base + rows[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :])
-        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
+        s = exact_scores(q, k, score_scale, key_scales, blk, DOT_DTYPE, QUANTIZED)
         if PADDED:
             s = s + bias[None, :]
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
@@ -96,9 +115,9 @@ def attend_tma_boxes(
     acc, l_i, m_i, q,
     k_desc, v_desc, k_b, k_col, v_b, v_col,
     block_ids, count, GRID_HW: tl.constexpr, GRID_W: tl.constexpr, tokens_t, tokens_h, tokens_w,
-    qk_scale_log2,
+    score_scale, key_scales,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
-    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, PADDED: tl.constexpr,
+    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, PADDED: tl.constexpr, QUANTIZED: tl.constexpr,
 ):
     """The key loop with K/V tiles fetched by the tensor memory accelerator (Hopper).
 
@@ -108,7 +127,8 @@ def attend_tma_boxes(
     tile (64, 1, 1). K and V each have their own (first, last) box coordinates: their layouts
     may differ. PADDED: the grid has tiles sticking out of (tokens_t, tokens_h, tokens_w); the
     copy engine fills the outside rows with zeros and their scores become -inf here, from the
-    box coordinates alone.
+    box coordinates alone. ``score_scale``, ``key_scales``, QUANTIZED: :func:`exact_scores`
+    (``k_desc`` then describes int8 codes).
     """
     SUB: tl.constexpr = TILE_T // SUB_T
     BLOCK_N: tl.constexpr = SUB_T * TILE_H * TILE_W
@@ -127,7 +147,7 @@ def attend_tma_boxes(
         t0 = tb * TILE_T + (t % SUB) * SUB_T
         k = k_desc.load([k_b, t0, hb * TILE_H, wb * TILE_W, k_col]).reshape(BLOCK_N, HEAD_DIM)
         v = v_desc.load([v_b, t0, hb * TILE_H, wb * TILE_W, v_col]).reshape(BLOCK_N, HEAD_DIM)
-        s = tl.dot(q, tl.trans(k.to(DOT_DTYPE))) * qk_scale_log2
+        s = exact_scores(q, k, score_scale, key_scales, blk, DOT_DTYPE, QUANTIZED)
         if PADDED:
             inside = ((t0 + box_t < tokens_t) & (hb * TILE_H + box_h < tokens_h)
                       & (wb * TILE_W + box_w < tokens_w))

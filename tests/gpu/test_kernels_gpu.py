@@ -1,5 +1,7 @@
 """GPU suite (run on the H200 through the device tool; skipped without CUDA by conftest):
-bf16 kernels vs the float references at full sequence sizes, output memory poisoned first."""
+bf16 kernels vs the float references at full sequence sizes, output memory poisoned first; the
+int8 exact blocks (``precision="int8"``) vs their int8 references at full size and on every
+architecture's launch row forced here."""
 import pytest
 import torch
 
@@ -128,15 +130,17 @@ def test_head_offsets_past_2_31():
     assert rel_err(out[:, :, -1:], ref) < 2e-2
 
 
-def test_sol_call_never_synchronises_and_replays_in_a_cuda_graph():
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+def test_sol_call_never_synchronises_and_replays_in_a_cuda_graph(precision):
     grid = (6, 45, 80)
     L = 6 * 45 * 80
+    kw = dict(beta=1.04, grid=grid, precision=precision)
     q, k, v = random_qkv(1, L, 4, "blhd", seed=9)
-    kernels.sol_attention(q, k, v, beta=1.04, grid=grid)  # compile first
+    kernels.sol_attention(q, k, v, **kw)  # compile first
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        eager = kernels.sol_attention(q, k, v, beta=1.04, grid=grid)
+        eager = kernels.sol_attention(q, k, v, **kw)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     static = [x.clone() for x in (q, k, v)]
@@ -144,17 +148,76 @@ def test_sol_call_never_synchronises_and_replays_in_a_cuda_graph():
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
-        kernels.sol_attention(*static, beta=1.04, grid=grid)  # warm the graph pool
+        kernels.sol_attention(*static, **kw)  # warm the graph pool
         with torch.cuda.graph(graph):
-            captured = kernels.sol_attention(*static, beta=1.04, grid=grid)
+            captured = kernels.sol_attention(*static, **kw)
     torch.cuda.current_stream().wait_stream(stream)
     fresh = random_qkv(1, L, 4, "blhd", seed=10)
     for s, x in zip(static, fresh):
         s.copy_(x)
     graph.replay()
     torch.cuda.synchronize()
-    torch.testing.assert_close(captured, kernels.sol_attention(*fresh, beta=1.04, grid=grid))
+    torch.testing.assert_close(captured, kernels.sol_attention(*fresh, **kw))
     assert not torch.equal(captured, eager)
+
+
+# The int8 exact blocks against their int8 reference (the same int8 operands, bit for bit:
+# what is left is the kernel's bf16 P·V and output rounding, ~2.5e-3 in the bf16 checks of
+# kernels_h200.json) and against the bf16 reference (the int8 codes' rounding, ~1e-2 through the
+# interpreter on gaussian inputs; tests/kernels/test_int8.py).
+INT8_VS_REFERENCE = 5e-3
+INT8_ERROR_BUDGET = 3e-2
+
+
+def check_int8(out, run_reference):
+    assert torch.isfinite(out).all()
+    assert rel_err(out, run_reference("int8")) < INT8_VS_REFERENCE
+    assert rel_err(out, run_reference("bf16")) < INT8_ERROR_BUDGET
+
+
+@pytest.mark.parametrize("method,grid,tile,extra,layout", [
+    ("sol", (21, 45, 80), None, 0, "blhd"),                      # Wan 720p, 3D tiles, padded
+    ("sol", (33, 45, 80), None, 256, "single_block"),           # HunyuanVideo 720p + text
+    ("psa", (21, 45, 80), (3, 8, 16), 0, "blhd"),
+    ("psa", (31, 45, 78), (6, 8, 8), 77, "heads_first"),
+])
+def test_int8_full_size(method, grid, tile, extra, layout):
+    L = grid[0] * grid[1] * grid[2] + extra
+    q, k, v = random_qkv(1, L, 2, layout, seed=L + 8)
+    if method == "psa":
+        kw = dict(grid=grid, params=torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 3, 2, 0, 10]]), tile=tile,
+                  extra_tokens=extra)
+        kernel, reference = kernels.psa_attention, kernels.psa_attention_reference
+    else:
+        kw = dict(beta=1.04, grid=grid)
+        kernel, reference = kernels.sol_attention, kernels.sol_attention_reference
+    poison(q.numel() * 2)
+    check_int8(kernel(q, k, v, precision="int8", **kw), lambda p: reference(q, k, v, precision=p, **kw))
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
+def test_int8_on_every_architectures_configuration(monkeypatch, arch):
+    """Each architecture's launch row forced here with int8 exact blocks (the portable kernel,
+    TMA boxes or the pointer loop as the row says; never the warp-specialised loop): PSA and Sol,
+    text blocks, HunyuanVideo's single-block layout, against their int8 references."""
+    from kernels.engine import load_hopper_loop
+
+    hopper = load_hopper_loop()
+    if hopper is not None:
+        monkeypatch.setattr(hopper, "ws_block_sparse_attention", lambda *a, **kw: pytest.fail("int8 on the ws loop"))
+    config = ARCHITECTURES[arch]
+    grid, extra = (9, 45, 80), 256
+    L = grid[0] * grid[1] * grid[2] + extra
+    q, k, v = random_qkv(1, L, 2, "single_block", seed=arch[0] + 3)
+    kw = dict(grid=grid, params=torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 3, 2, 0, 10]]), tile=(3, 8, 16),
+              extra_tokens=extra)
+    poison(q.numel() * 2)
+    check_int8(kernels.psa_attention(q, k, v, config=config, precision="int8", **kw),
+               lambda p: kernels.psa_attention_reference(q, k, v, precision=p, **kw))
+    kw = dict(beta=1.04, grid=grid)
+    poison(q.numel() * 2)
+    check_int8(kernels.sol_attention(q, k, v, config=config, precision="int8", **kw),
+               lambda p: kernels.sol_attention_reference(q, k, v, precision=p, **kw))
 
 
 WS_CASES = [

@@ -36,14 +36,27 @@ def compile_all(tmp_path, extra_path=None):
     return table, run.stdout
 
 
+def integer_mma(counts) -> bool:
+    """An int8 tensor-core instruction: mma.sync / wgmma on s8, or Blackwell's tcgen05 kind::i8."""
+    return any(("mma" in i and ".s8" in i) or "tcgen05.mma.cta_group::1.kind::i8" in i for i in counts)
+
+
 def check_ptx(table, ptx):
-    """--ptx holds every compiled launch, and the Hopper loop's hold its warpgroup MMAs."""
+    """--ptx holds every compiled launch, and the Hopper loop's hold its warpgroup MMAs. The
+    engine's int8 launches hold an int8 MMA (their QKᵀ) and the bf16 ones none; Sol's pooling
+    pass sums the keys in float64 in its int8 launches only."""
     launches = ptx["launches"]
-    assert set(launches) == {f"{r['arch']} {r['kernel']} {r['case']}" for r in table["rows"]}
+    rows = {f"{r['arch']} {r['kernel']} {r['case']}": r for r in table["rows"]}
+    assert set(launches) == set(rows)
     for key, counts in launches.items():
         assert sum(counts.values()) > 100, key
         if "_ws_block_sparse_kernel" in key:
             assert any(i.startswith("wgmma.mma_async") for i in counts), key
+        int8 = rows[key]["precision"] == "int8"
+        if rows[key]["kernel"] == "_block_sparse_kernel":
+            assert integer_mma(counts) == int8, key
+        if rows[key]["kernel"] == "_pool_kernel":
+            assert any(i.startswith("add.f64") for i in counts) == int8, key
 
 
 def check_table(table):
@@ -51,16 +64,34 @@ def check_table(table):
     assert {r["arch"] for r in rows} == set(ARCHS)
     assert all(r["fits"] and r["shared"] <= r["limit"] for r in rows), [r for r in rows if not r.get("fits")]
     engine = [r for r in rows if r["kernel"] in ("_block_sparse_kernel", "_ws_block_sparse_kernel")]
+    bf16 = [r for r in engine if r["precision"] == "bf16"]
+    int8 = [r for r in engine if r["precision"] == "int8"]
     # TMA boxes exactly where the copy engine exists and the configuration takes them; the
-    # warp-specialised loop on Hopper only, for every case it takes (30-token tiles make no box).
+    # warp-specialised loop on Hopper only, for every bf16 case it takes (30-token tiles make
+    # no box); int8 calls on the portable kernel everywhere, TMA boxes on sm_90 too.
     assert {r["arch"] for r in engine if r["tma"]} == {"sm_90", "sm_100"}
     assert {r["arch"] for r in engine if r["warp_specialized"]} == {"sm_90"}
-    assert {r["case"] for r in engine if r["arch"] == "sm_90" and not r["warp_specialized"]} == {"psa 30-token tiles"}
-    # Sol's portable lowering (id lists from the bitmap) wherever the portable loop runs Sol.
-    assert {r["arch"] for r in rows if r["kernel"] == "_lists_from_bits_kernel"} == set(ARCHS) - {"sm_90"}
-    # HunyuanVideo's single blocks (k heads first, v a view of qkv) still take the TMA path there.
+    assert {r["case"] for r in bf16 if r["arch"] == "sm_90" and not r["warp_specialized"]} == {"psa 30-token tiles"}
+    assert not any(r["warp_specialized"] for r in int8)
+    assert {r["case"] for r in int8 if r["arch"] == "sm_90" and not r["tma"]} == {"psa 30-token tiles, int8"}
+    # Every int8 case, on every architecture: the engine's int8 launch and the key quantization
+    # (Sol's cases also their pooling pass with the key sums).
+    int8_cases = {case + ", int8" for case in table["int8_cases"]}
+    assert {case.split()[0] for case in int8_cases} == {"psa", "sol"} and any("d64" in c for c in int8_cases)
+    for kernel in ("_block_sparse_kernel", "_quantize_keys_kernel"):
+        assert {(r["arch"], r["case"]) for r in rows if r["kernel"] == kernel and r["precision"] == "int8"} == {
+            (arch, case) for arch in ARCHS for case in int8_cases}, kernel
+    assert {r["case"] for r in rows if r["kernel"] == "_pool_kernel" and r["precision"] == "int8"} == {
+        case for case in int8_cases if case.startswith("sol")}
+    # Sol's portable lowering (id lists from the bitmap) wherever the portable loop runs Sol:
+    # in bf16 not on sm_90 (the Hopper loop streams pairs), in int8 everywhere.
+    lists = [r for r in rows if r["kernel"] == "_lists_from_bits_kernel"]
+    assert {r["arch"] for r in lists if r["precision"] == "bf16"} == set(ARCHS) - {"sm_90"}
+    assert {r["arch"] for r in lists if r["precision"] == "int8"} == set(ARCHS)
+    # HunyuanVideo's single blocks (k heads first, v a view of qkv) still take the TMA path there,
+    # in bf16 and in int8 (whose k codes have a layout of their own).
     single = [r for r in engine if "single block" in r["case"] and r["arch"] in ("sm_90", "sm_100")]
-    assert len(single) == 2 and all(r["tma"] for r in single)
+    assert len(single) == 4 and all(r["tma"] for r in single)
     assert all(r["registers"] for r in rows)
 
 

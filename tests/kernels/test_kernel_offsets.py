@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from kernels import _triton_common, sol_gpu_routing
-from kernels.engine import portable
+from kernels.engine import portable, quantize
 
 # HunyuanVideo heads-first: stride of one head = L·D elements
 L_TOKENS, HEADS, HEAD_DIM = 270_336, 64, 128
@@ -41,10 +41,13 @@ def test_head_offset_is_exact_past_2_to_the_31():
 
 
 def test_every_kernel_takes_head_offsets_from_the_64_bit_helper():
-    """The engine (PSA and Sol) and Sol's pooling kernel, the two that address q/k/v/o."""
-    for kernel, tensors in ((portable._block_sparse_kernel, "qkvo"), (sol_gpu_routing._pool_kernel, "qkv")):
+    """The engine (PSA and Sol), Sol's pooling kernel and the int8 key quantization: the
+    kernels that address q/k/v/o and the key codes (c). A head index may have a suffix (the
+    engine's k head ``hk``: the key codes hold a group's heads only)."""
+    for kernel, tensors in ((portable._block_sparse_kernel, "qkvo"), (sol_gpu_routing._pool_kernel, "qkv"),
+                            (quantize._quantize_keys_kernel, "kc")):
         src, name = inspect.getsource(kernel.fn), kernel.fn.__name__
         # no 32-bit product of a head or batch index with a stride
-        assert not re.search(r"\b[bh] \* stride_", src), name
+        assert not re.search(r"\b(b|h\w*) \* stride_", src), name
         for t in tensors:
-            assert f"head_offset(b, h, stride_{t}b, stride_{t}h)" in src, (name, t)
+            assert re.search(rf"head_offset\(b, h\w*, stride_{t}b, stride_{t}h\)", src), (name, t)

@@ -315,6 +315,7 @@ def test_random_grids_and_tiles_match_reference(seed, monkeypatch):
 def test_heads_run_in_groups_within_the_scratch_budget(monkeypatch):
     """A tight budget splits the heads into groups; every group writes its heads of the same
     output, which equals the one-group result."""
+    import kernels.engine as engine
     import kernels.sol as sol
 
     grid = (2, 8, 16)
@@ -322,27 +323,27 @@ def test_heads_run_in_groups_within_the_scratch_budget(monkeypatch):
     whole, st_whole = kernels.sol_attention(q, k, v, beta=0.7, grid=grid, return_stats=True)
     calls = []
     real = sol._sol_heads
-    monkeypatch.setattr(sol, "SCRATCH_FLOOR", 0)
-    monkeypatch.setattr(sol, "SCRATCH_SHARE", 1e-9)  # one head per group
+    monkeypatch.setattr(engine, "SCRATCH_FLOOR", 0)
+    monkeypatch.setattr(engine, "SCRATCH_SHARE", 1e-9)  # one head per group
     monkeypatch.setattr(sol, "_sol_heads", lambda *a, **kw: calls.append(a[7:9]) or real(*a, **kw))
     split, st_split = kernels.sol_attention(q, k, v, beta=0.7, grid=grid, return_stats=True)
     assert calls == [(h, h + 1) for h in range(5)]
     torch.testing.assert_close(split, whole)
     assert torch.equal(st_split["exact_blocks"], st_whole["exact_blocks"])
-    assert sol.head_groups(40, 10, 1000) == [(h, h + 1) for h in range(40)]
-    assert sol.head_groups(40, 1, 10**12) == [(0, 40)]
+    assert engine.head_groups(40, 10, 1000) == [(h, h + 1) for h in range(40)]
+    assert engine.head_groups(40, 1, 10**12) == [(0, 40)]
 
 
 def test_head_groups_are_as_few_and_as_even_as_fit():
     """Each group is one launch whose last wave leaves SMs idle: 40 heads, at most 12 a group,
     run as four groups of 10; 5 heads at most 2 a group as 1, 2, 2."""
-    import kernels.sol as sol
+    import kernels.engine as engine
 
     output = 10**10  # a budget well above the floor
-    budget = sol.SCRATCH_SHARE * output
-    assert sol.head_groups(40, int(budget / 12), output) == [(0, 10), (10, 20), (20, 30), (30, 40)]
-    assert sol.head_groups(5, int(budget / 2), output) == [(0, 1), (1, 3), (3, 5)]
-    assert sol.head_groups(7, int(budget), output) == [(h, h + 1) for h in range(7)]
+    budget = engine.SCRATCH_SHARE * output
+    assert engine.head_groups(40, int(budget / 12), output) == [(0, 10), (10, 20), (20, 30), (30, 40)]
+    assert engine.head_groups(5, int(budget / 2), output) == [(0, 1), (1, 3), (3, 5)]
+    assert engine.head_groups(7, int(budget), output) == [(h, h + 1) for h in range(7)]
 
 
 def test_every_launch_runs_on_the_inputs_device(monkeypatch):

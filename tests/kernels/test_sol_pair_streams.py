@@ -9,7 +9,7 @@ from kernels.block_mask import block_layout, row_major_layout
 from kernels.engine.id_lists import id_list_bytes, id_lists
 from kernels.engine.launch_order import ORDER_CHUNK, ORDER_ROWS, work_by_count
 from kernels.engine.pair_streams import pair_partners, pair_stream_bytes, pair_streams, pair_work
-from kernels.sol import head_groups
+from kernels.engine import head_groups
 from kernels.sol_gpu_routing import route, routing_bytes_per_head
 from kernels.sol_rules import beta_for_density, forced_key_blocks
 

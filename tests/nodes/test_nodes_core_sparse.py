@@ -122,11 +122,11 @@ def test_found_by_its_callback_key_or_its_override(pack, core, wan):
     assert find(other, {"optimized_attention_override": block_sparse_override}) is None
 
 
-def test_the_new_widget_is_the_last_input_and_defaults_to_defer(pack):
+def test_the_widget_follows_the_older_ones_and_defaults_to_defer(pack):
     schema = pack.node_patch.SparseAttentionPatch.define_schema()
-    last = schema.inputs[-1]
-    assert last.id == "beside_core_node" and last.default == "defer"
-    assert list(last.options) == ["defer", "share"]
+    widget = schema.inputs[-2]  # only precision came after it
+    assert widget.id == "beside_core_node" and widget.default == "defer"
+    assert list(widget.options) == ["defer", "share"]
     with pytest.raises(ValueError, match="beside_core_node"):
         pack.config.make_config(beside_core_node="mix")
 

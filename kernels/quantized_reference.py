@@ -1,0 +1,109 @@
+"""The int8 exact blocks in plain PyTorch: the specification of ``engine.quantize`` (the
+``precision`` "int8" path of the kernels), used by ``sol_attention_reference`` and
+``psa_attention_reference`` with ``precision="int8"``.
+
+The int8 operands are those of the kernels, bit for bit: the same smoothing mean (float64
+sums, one division, rounded to float32), the same blocks (the ``BlockLayout``'s key blocks,
+padding slots left out; the portable kernel's query tiles of ``engine.query_tile_rows`` rows),
+the same scales (max |x| / 127) and the same rounding (floor(x / scale + 0.5), IEEE float32
+divisions). The logits are then exact: the integer dot of the codes (exact in float64) times
+the two scales and the softmax scale, in float64, handed to the float32 references.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from .block_mask import BlockLayout
+from .engine import query_tile_rows
+from .engine.quantize import mean_of_sums
+
+__all__ = ["Int8Operands", "int8_quantize", "smoothing_mean", "shifted_pooled_keys"]
+
+
+def smoothing_mean(k: torch.Tensor) -> torch.Tensor:
+    """float32 (B, H, D): the mean of k (B, L, H, D) over its L tokens, summed in float64."""
+    return mean_of_sums(torch.sum(k, dim=1, dtype=torch.float64), k.shape[1])
+
+
+def int8_quantize(x: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One scale per group: ``x`` float32 (..., R, D), ``keep`` bool (..., R) (the rows that
+    count). Returns (codes int8 (..., R, D), scale float32 (...)): scale = max |x| / 127 over
+    the kept rows, codes = floor(x / scale + 0.5); an all-zero group has scale 0 and codes 0,
+    a group with a NaN or an infinity scale NaN and codes 0."""
+    mag = torch.where(keep[..., None], x.abs(), 0.0)
+    finite = mag < float("inf")
+    amax = torch.where(finite, mag, 0.0).amax(dim=(-1, -2))
+    bad = ~finite.all(dim=-1).all(dim=-1)
+    # Tensor divisors: PyTorch on CUDA would multiply by the reciprocal of a Python number.
+    scale = torch.div(amax, torch.full_like(amax, 127.0))
+    divisor = torch.where((amax > 0) & ~bad, scale, torch.ones_like(scale))
+    y = torch.div(torch.where(bad[..., None, None], 0.0, x), divisor[..., None, None].expand_as(x))
+    codes = torch.floor(y + 0.5).to(torch.int8)
+    return codes, torch.where(bad, torch.full_like(scale, float("nan")), scale)
+
+
+def _slot_groups(layout: BlockLayout, group_slots: int) -> torch.Tensor:
+    """int64 (G, group_slots): the tokens of each group of ``group_slots`` slots of every block
+    (its slots cut into groups, the last padded), -1 where a slot holds no token."""
+    bt = layout.block_tokens
+    per_block = -(-bt // group_slots) * group_slots
+    slots = torch.full((layout.n_blocks, per_block), -1, dtype=torch.int64, device=layout.row_map.device)
+    slots[:, :bt] = layout.row_map.view(layout.n_blocks, bt).long()
+    return slots.view(-1, group_slots)
+
+
+def _quantize_groups(x: torch.Tensor, groups: torch.Tensor):
+    """x float32 (B, H, L, D) quantized per group of tokens (``_slot_groups``): codes int8
+    (B, H, L, D) and each token's scale (B, H, L)."""
+    keep = groups >= 0
+    codes, scale = int8_quantize(x[:, :, groups.clamp(min=0)], keep)  # (B, H, G, S, D), (B, H, G)
+    tokens = groups[keep]
+    group_of = torch.arange(groups.shape[0], device=groups.device)[:, None].expand_as(groups)[keep]
+    token_codes = torch.zeros(x.shape, dtype=torch.int8, device=x.device)
+    token_codes[:, :, tokens] = codes[:, :, keep]
+    token_scale = torch.empty(x.shape[:3], dtype=torch.float32, device=x.device)
+    token_scale[:, :, tokens] = scale[:, :, group_of]
+    return token_codes, token_scale
+
+
+@dataclass(frozen=True)
+class Int8Operands:
+    """The int8 operands of one call's exact blocks, per token (B, H, L, ...): ``q_codes`` and
+    ``q_scale`` (its query tile's), ``k_codes`` and ``k_scale`` (its key block's), and the
+    keys' smoothing ``mean`` (B, H, D)."""
+
+    q_codes: torch.Tensor
+    q_scale: torch.Tensor
+    k_codes: torch.Tensor
+    k_scale: torch.Tensor
+    mean: torch.Tensor
+
+    @classmethod
+    def of(cls, q: torch.Tensor, k: torch.Tensor, layout: BlockLayout) -> "Int8Operands":
+        """q, k (B, L, H, D) of a call on ``layout``'s blocks."""
+        mean = smoothing_mean(k)
+        smoothed = k.float().transpose(1, 2) - mean[:, :, None, :]
+        k_codes, k_scale = _quantize_groups(smoothed, _slot_groups(layout, layout.block_tokens))
+        q_codes, q_scale = _quantize_groups(q.float().transpose(1, 2), _slot_groups(layout, query_tile_rows(layout)))
+        return cls(q_codes, q_scale, k_codes, k_scale, mean)
+
+    @functools.cached_property
+    def _keys_transposed(self) -> torch.Tensor:
+        """The key codes as float64 (B, H, D, L), once for every chunk of query rows."""
+        return self.k_codes.double().transpose(-1, -2)
+
+    def logits(self, r0: int, r1: int, scale: float) -> torch.Tensor:
+        """float32 (B, H, r1 - r0, L): the exact logits of query rows r0 .. r1 against every
+        key, int32 dot times both scales times ``scale``, computed in float64."""
+        dots = self.q_codes[:, :, r0:r1].double() @ self._keys_transposed
+        factor = self.q_scale[:, :, r0:r1, None].double() * self.k_scale[:, :, None, :].double() * scale
+        return (dots * factor).float()
+
+
+def shifted_pooled_keys(k_mean: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """Sol's pooled keys (B, H, N, D, in the input dtype) minus the keys' smoothing mean,
+    rounded back to the input dtype, as the pooled term reads them with int8 exact blocks."""
+    return (k_mean.float() - mean[:, :, None, :]).to(k_mean.dtype)

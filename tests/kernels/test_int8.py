@@ -1,0 +1,427 @@
+"""The int8 exact blocks (``precision="int8"``) through the interpreter: their int8 operands
+bit for bit against ``quantized_reference``, both methods' kernels against their int8
+references (outputs poisoned with NaN first), the int8 results against the bf16 ones within an
+error budget, the pooled term's shift, NaN in / NaN out, the memory groups, and the
+``precision`` argument."""
+import math
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+import kernels
+import kernels.engine as engine
+from kernels.block_mask import block_layout, row_major_layout
+from kernels.engine.launch_config import ARCHITECTURES
+from kernels.engine.quantize import key_means, quantize_keys, quantize_query_tile
+from kernels.quantized_reference import Int8Operands, smoothing_mean
+from qkv_layouts import heads_first, hunyuan_single_block
+
+POINTER_LOOP, TMA_BOXES = ARCHITECTURES[(8, 6)], ARCHITECTURES[(9, 0)]
+
+
+def rel_err(a, b):
+    return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+
+def bf16_ulps(a, b):
+    """|a - b| in units in the last place of bfloat16 at the larger of the two, or at a
+    thousandth of b's RMS for elements smaller than that (cancellation leaves those with
+    float32's absolute error, not a relative one)."""
+    a, b = a.float(), b.float()
+    floor = 1e-3 * b.pow(2).mean().sqrt()
+    mag = torch.maximum(torch.maximum(a.abs(), b.abs()), floor)
+    return (a - b).abs() / torch.exp2(torch.floor(torch.log2(mag)) - 7)
+
+
+def assert_matches_int8_reference(out, ref):
+    """The kernel and its int8 reference share their int8 operands, so what is left is float
+    rounding. float16: P·V in fp16 against float32, well under 1e-3. bfloat16: the interpreter
+    runs bf16 dots in float32 and truncates the stored output to bf16 where the reference
+    rounds, so at most one bf16 unit in the last place apart (operands other than the
+    reference's would move about half the elements by more)."""
+    assert torch.isfinite(out).all()
+    if out.dtype == torch.float16:
+        assert rel_err(out, ref) < 1e-3
+    else:
+        assert bf16_ulps(out, ref).max().item() <= 1.0
+
+
+def in_layout(q, k, v, layout):
+    return {"blhd": lambda *x: x, "heads_first": heads_first, "single_block": hunyuan_single_block}[layout](q, k, v)
+
+
+def qkv(B, L, H, D, dtype, seed, layout="blhd"):
+    g = torch.Generator().manual_seed(seed)
+    return in_layout(*(torch.randn(B, L, H, D, generator=g).to(dtype) for _ in range(3)), layout)
+
+
+@pytest.fixture
+def poisoned_outputs(monkeypatch):
+    """Half-precision allocations (the outputs) start as NaN: every element must be written."""
+    real_empty = torch.empty
+
+    def empty(*args, **kw):
+        out = real_empty(*args, **kw)
+        return out.fill_(float("nan")) if out.dtype in (torch.float16, torch.bfloat16) else out
+    monkeypatch.setattr(engine.torch, "empty", empty)
+
+
+# ------------------------------------------------------------------------ the int8 operands
+@triton.jit
+def _query_tiles_kernel(Q, CODES, SCALES, ROW_MAP, stride_qn, stride_cn, TILES: tl.constexpr,
+                        BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    # One program per query tile of a (B = 1, H = 1) call, loaded and quantized as the
+    # portable kernel does it.
+    qblk = tl.program_id(0) // TILES
+    local = (tl.program_id(0) % TILES) * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_d = tl.arange(0, HEAD_DIM)
+    rows = tl.load(ROW_MAP + qblk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
+    row_ok = rows >= 0
+    rows = tl.maximum(rows, 0)
+    q = tl.load(Q + rows[:, None] * stride_qn + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    codes, scale = quantize_query_tile(q, row_ok)
+    tl.store(CODES + rows[:, None] * stride_cn + offs_d[None, :], codes, mask=row_ok[:, None])
+    tl.store(SCALES + tl.program_id(0), scale)
+
+
+def kernel_query_codes(q, layout):
+    """The portable kernel's query codes (1, 1, L, D) and each token's tile scale (1, 1, L)."""
+    block_m = engine.query_tile_rows(layout)
+    tiles = -(-layout.block_tokens // block_m)
+    codes = torch.zeros(q.shape, dtype=torch.int8)
+    scales = torch.empty(layout.n_blocks * tiles)
+    _query_tiles_kernel[(layout.n_blocks * tiles,)](
+        q, codes, scales, layout.row_map, q.stride(1), codes.stride(1), TILES=tiles,
+        BLOCK_TOKENS=layout.block_tokens, BLOCK_M=block_m, HEAD_DIM=q.shape[3])
+    slot = torch.empty(layout.n_tokens, dtype=torch.int64)
+    filled = layout.row_map >= 0
+    slot[layout.row_map[filled].long()] = torch.nonzero(filled).squeeze(1)
+    tile = (slot // layout.block_tokens) * tiles + (slot % layout.block_tokens) // block_m
+    return codes.transpose(1, 2), scales[tile][None, None]
+
+
+def same(a, b):
+    torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+LAYOUTS = {  # name: (layout, a token count)
+    "3D tiles, padding on every axis, text": lambda: block_layout((3, 5, 7), (2, 2, 4), extra_tokens=13),
+    "3D tiles of 192 tokens: two query tiles a block": lambda: block_layout((3, 8, 16), (3, 8, 8), extra_tokens=5),
+    "row-major, ragged tail": lambda: row_major_layout(200),
+    "30-token tiles": lambda: block_layout((4, 6, 10), (2, 3, 5)),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_int8_operands_are_the_references_bit_for_bit(name, dtype):
+    """Key codes and scales (smoothed, per key block, padding left out), the smoothing mean
+    (Sol's from its pooling pass, PSA's from PyTorch) and the query codes per tile of the
+    portable kernel: equal to ``quantized_reference``'s, bit for bit, on keys sharing an
+    offset (the smoothing matters there)."""
+    from kernels.sol_gpu_routing import pool_blocks
+
+    layout = LAYOUTS[name]()
+    L = layout.n_tokens
+    q, k, v = qkv(2, L, 3, 64, dtype, seed=L)
+    k = (k.float() + torch.linspace(-4, 6, 64)).to(dtype)
+    k = heads_first(k)[0]  # k read with its own strides
+    ref = Int8Operands.of(q, k, layout)
+    assert torch.equal(key_means(k, 0, 3), ref.mean) and torch.equal(smoothing_mean(k), ref.mean)
+    *_, pooled_mean = pool_blocks(q, k, v, layout, 1, 2, key_mean=True)
+    assert torch.equal(pooled_mean, ref.mean[:, 1:3])
+    keys = quantize_keys(k, layout, 1, 2, mean=pooled_mean)
+    assert torch.equal(keys.codes.transpose(1, 2), ref.k_codes[:, 1:3])
+    same(keys.scales[:, :, layout.token_blocks()], ref.k_scale[:, 1:3])
+    assert keys.codes.abs().max() == 127 and ref.k_codes.abs().max() == 127
+    codes, scales = kernel_query_codes(q[:1, :, :1].contiguous(), layout)
+    assert torch.equal(codes, ref.q_codes[:1, :1])
+    same(scales, ref.q_scale[:1, :1])
+
+
+def test_rounding_is_floor_of_x_over_scale_plus_one_half():
+    """One block whose largest |k − m| is 127 (scale 1) and whose mean is 0: the codes are
+    floor(x + 0.5), ties up, both for keys and for a query tile (not round-half-even, not the
+    truncation toward zero a bare conversion to int8 does)."""
+    values = torch.tensor([2.5, -2.5, 3.5, -3.5, 0.5, -0.5, 0.75, -0.75, 126.5, -127.0])
+    x = torch.zeros(1, 64, 1, 64)
+    x[0, :10, 0, 0] = values
+    x[0, 32:42, 0, 0] = -values  # the mean stays 0
+    x = x.half()
+    layout = row_major_layout(64)
+    expected = [3, -2, 4, -3, 1, 0, 1, -1, 127, -127]
+    keys = quantize_keys(x, layout, 0, 1)
+    assert keys.scales.item() == 1.0 and keys.mean.abs().max() == 0
+    assert keys.codes[0, :10, 0, 0].tolist() == expected
+    codes, scales = kernel_query_codes(x, layout)
+    assert scales.unique().tolist() == [1.0] and codes[0, 0, :10, 0].tolist() == expected
+    ref = Int8Operands.of(x, x, layout)
+    assert ref.k_codes[0, 0, :10, 0].tolist() == expected and ref.q_codes[0, 0, :10, 0].tolist() == expected
+
+
+def test_a_zero_block_and_a_non_finite_one():
+    """A block of zeros: scale 0, codes 0. A query tile holding an inf: scale NaN (its rows
+    come out NaN), codes 0; the other tiles are untouched."""
+    layout = row_major_layout(192)
+    q = torch.randn(1, 192, 1, 64, generator=torch.Generator().manual_seed(3)).half()
+    q[0, :64] = 0
+    q[0, 70, 0, 3] = float("inf")
+    codes, scales = kernel_query_codes(q, layout)
+    ref = Int8Operands.of(q, q, layout)
+    assert scales[0, 0, :64].eq(0).all() and codes[0, 0, :64].eq(0).all()
+    assert scales[0, 0, 64:128].isnan().all() and codes[0, 0, 64:128].eq(0).all()
+    assert (scales[0, 0, 128:] > 0).all()
+    same(scales, ref.q_scale)
+    assert torch.equal(codes, ref.q_codes)
+
+
+# ------------------------------------------------------------------------ kernels vs references
+SOL_CASES = [
+    # B, grid, tile, extra (text) tokens or L without a grid, H, D, dtype, beta, estimator, layout, config
+    (1, (2, 9, 10), None, 37, 2, 64, torch.float16, 0.5, "exact", "heads_first", POINTER_LOOP),
+    (2, (3, 8, 16), (1, 8, 8), 0, 2, 128, torch.bfloat16, 1.0, "diag", "blhd", TMA_BOXES),
+    (1, None, None, 200, 3, 64, torch.bfloat16, 0.3, "exact", "single_block", TMA_BOXES),
+    (1, (2, 5, 13), (2, 4, 8), 20, 2, 128, torch.float16, 0.8, "diag", "single_block", POINTER_LOOP),
+]
+
+
+@pytest.mark.parametrize("B,grid,tile,extra,H,D,dtype,beta,estimator,layout,config", SOL_CASES)
+def test_sol_int8_kernel_matches_its_reference(B, grid, tile, extra, H, D, dtype, beta, estimator, layout, config,
+                                               poisoned_outputs):
+    """3D tiles with padding and text blocks, row-major blocks with a ragged tail and sinks,
+    both loops, fp16 and bf16, d 64 and 128, (B, L, H·D), heads-first and HunyuanVideo's
+    single-block layouts, the pooled term on shifted keys: the routing is unchanged and the
+    output is the int8 reference's."""
+    L = extra if grid is None else math.prod(grid) + extra
+    sinks = [(L - 10, L)] if grid is None else None
+    q, k, v = qkv(B, L, H, D, dtype, seed=L + H, layout=layout)
+    kw = dict(beta=beta, estimator=estimator, grid=grid, tile=tile, sinks=sinks, return_stats=True)
+    out, stats = kernels.sol_attention(q, k, v, config=config, precision="int8", **kw)
+    ref, ref_stats = kernels.sol_attention_reference(q, k, v, precision="int8", **kw)
+    assert out.dtype == dtype
+    assert_matches_int8_reference(out, ref)
+    assert torch.equal(stats["exact_blocks"], ref_stats["exact_blocks"])
+
+
+PSA_CASES = [
+    # grid, tile, extra tokens, B, H, D, dtype, layout, config
+    ((3, 5, 7), (2, 2, 4), 0, 1, 2, 64, torch.float16, "blhd", TMA_BOXES),          # padding on every axis
+    ((4, 4, 4), (2, 2, 2), 13, 2, 1, 128, torch.bfloat16, "heads_first", POINTER_LOOP),  # text tokens
+    ((2, 8, 8), (3, 8, 8), 0, 1, 2, 64, torch.bfloat16, "single_block", TMA_BOXES),  # tile longer than the grid
+    ((3, 8, 16), (3, 8, 8), 5, 1, 2, 128, torch.float16, "blhd", POINTER_LOOP),      # two query tiles a block
+]
+
+
+@pytest.mark.parametrize("grid,tile,extra,B,H,D,dtype,layout,config", PSA_CASES)
+def test_psa_int8_kernel_matches_its_reference(grid, tile, extra, B, H, D, dtype, layout, config, poisoned_outputs):
+    L = math.prod(grid) + extra
+    q, k, v = qkv(B, L, H, D, dtype, seed=L + B, layout=layout)
+    params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])[:H]
+    kw = dict(grid=grid, params=params, tile=tile, extra_tokens=extra)
+    out = kernels.psa_attention(q, k, v, config=config, precision="int8", **kw)
+    assert out.dtype == dtype
+    assert_matches_int8_reference(out, kernels.psa_attention_reference(q, k, v, precision="int8", **kw))
+
+
+# ------------------------------------------------------------------------ int8 against bf16
+# rel-L2 of the int8 result against the bf16 one allowed here: the int8 codes' rounding error
+# on these inputs gives about 1e-2 (0.0096-0.0105 through the interpreter when this was written).
+ERROR_BUDGET = 3e-2
+
+
+def offset_keys(q, k, v, offset):
+    """k with a common offset in every channel (a bias int8 codes without smoothing would spend
+    their range on)."""
+    return q, (k.float() + offset).to(k.dtype), v
+
+
+@pytest.mark.parametrize("offset", [0.0, 8.0])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_int8_is_within_the_error_budget_of_bf16(dtype, offset):
+    """Both methods, gaussian keys and keys sharing a large offset: the int8 output against the
+    same kernel's bf16 output. For Sol the offset also checks the pooled term's shift: pooled
+    columns on unshifted keys would sit 8·Σq/√d away from the exact ones."""
+    grid, extra = (2, 9, 10), 20
+    L = math.prod(grid) + extra
+    q, k, v = offset_keys(*qkv(1, L, 2, 64, dtype, seed=5), torch.linspace(0.5, 1.5, 64) * offset)
+    sol = dict(beta=0.5, grid=grid)
+    assert rel_err(kernels.sol_attention(q, k, v, precision="int8", **sol),
+                   kernels.sol_attention(q, k, v, precision="bf16", **sol)) < ERROR_BUDGET
+    psa = dict(grid=grid, params=[[1, 0, 0, 2, 0, 0], [2, 0, 0, 4, 0, 0]], tile=(1, 4, 4), extra_tokens=extra)
+    assert rel_err(kernels.psa_attention(q, k, v, precision="int8", **psa),
+                   kernels.psa_attention(q, k, v, precision="bf16", **psa)) < ERROR_BUDGET
+
+
+def test_smoothing_and_the_pooled_shift_are_exact_under_softmax():
+    """The int8 reference with every key shifted by a constant vector is the int8 reference on
+    the unshifted keys up to float rounding (m absorbs the shift; the pooled columns move with
+    the exact ones), while the bf16 reference is the yardstick: both stay within the budget."""
+    q, k, v = qkv(1, 200, 2, 64, torch.float32, seed=9)
+    shift = torch.linspace(-20, 20, 64)
+    a = kernels.sol_attention_reference(q, k, v, beta=0.4, precision="int8")
+    b = kernels.sol_attention_reference(q, k + shift, v, beta=0.4, precision="int8")
+    assert rel_err(a, b) < 1e-3
+    assert rel_err(b, kernels.sol_attention_reference(q, k + shift, v, beta=0.4)) < ERROR_BUDGET
+
+
+# ------------------------------------------------------------------------ non-finite inputs
+@pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("method", ["sol", "psa"])
+def test_nan_in_nan_out(method):
+    """A NaN in q: its query tile's rows are NaN (one scale per tile), the others are not. A
+    NaN in k: that head's smoothing mean is NaN, so the head is NaN; the other head is not.
+    Kernel and reference agree on where. Blocks (and query tiles) are the grid's two frames."""
+    grid = (2, 8, 8)
+    q, k, v = qkv(1, 128, 2, 64, torch.float16, seed=13)
+    if method == "sol":
+        def run(fn, *x, **kw):
+            return fn(*x, beta=0.5, grid=grid, tile=(1, 8, 8), precision="int8", **kw).float()
+        kernel, reference = kernels.sol_attention, kernels.sol_attention_reference
+    else:
+        def run(fn, *x, **kw):
+            return fn(*x, grid=grid, params=[[1, 0, 0, 1, 0, 0]] * 2, tile=(1, 8, 8), precision="int8", **kw).float()
+        kernel, reference = kernels.psa_attention, kernels.psa_attention_reference
+    bad_q = q.clone()
+    bad_q[0, 70, 1, 5] = float("nan")  # block 1 of head 1
+    out = run(kernel, bad_q, k, v)
+    assert torch.equal(out.isnan(), run(reference, bad_q, k, v).isnan())
+    assert out[0, 64:128, 1].isnan().all() and not out[0, :64, 1].isnan().any() and not out[:, :, 0].isnan().any()
+    bad_k = k.clone()
+    bad_k[0, 3, 0, 9] = float("nan")
+    out = run(kernel, q, bad_k, v)
+    assert torch.equal(out.isnan(), run(reference, q, bad_k, v).isnan())
+    assert out[:, :, 0].isnan().all() and not out[:, :, 1].isnan().any()
+
+
+# ------------------------------------------------------------------------ memory and loops
+def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
+    """The int8 keys are per-head scratch (codes, scales, mean, Sol's shifted pooled keys);
+    Sol's groups and PSA's groups each write their heads of the output the one-group result
+    writes, and a reused PSA mask keeps its groups' masks."""
+    from kernels.engine.quantize import quantized_key_bytes
+    from kernels.psa_mask import psa_kernel_mask
+
+    grid = (2, 8, 16)
+    layout = block_layout(grid, (1, 8, 8))
+    q, k, v = qkv(2, 256, 5, 64, torch.float16, seed=41)
+    bf16 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="bf16")
+    int8 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="int8")
+    assert int8 - bf16 == quantized_key_bytes(layout, 64, 2, pooled=True) == 256 * 64 + 4 * 4 + 4 * 64 + 4 * 64 * 2
+    params = [[1, 0, 0, 2, 0, 0]] * 5
+    sol_whole = kernels.sol_attention(q, k, v, beta=0.7, grid=grid, precision="int8")
+    psa_whole = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(1, 8, 8), precision="int8")
+    groups = []
+    real = engine.portable_attention
+    monkeypatch.setattr(engine, "SCRATCH_FLOOR", 0)
+    monkeypatch.setattr(engine, "SCRATCH_SHARE", 1e-9)  # one head per group
+    monkeypatch.setattr(engine, "portable_attention", lambda *a, **kw: groups.append(
+        (kw["head_base"], a[3].num_heads)) or real(*a, **kw))
+    torch.testing.assert_close(kernels.sol_attention(q, k, v, beta=0.7, grid=grid, precision="int8"), sol_whole)
+    assert groups == [(h, 1) for h in range(5)]
+    groups.clear()
+    torch.testing.assert_close(kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(1, 8, 8),
+                                                     precision="int8"), psa_whole)
+    assert groups == [(h, 1) for h in range(5)]
+    mask = psa_kernel_mask(grid, params, (1, 8, 8))
+    assert mask.heads(2, 3) is mask.heads(2, 3) and mask.heads(0, 5) is mask
+    assert torch.equal(mask.heads(2, 4).to_dense(), mask.to_dense()[:, 2:4])
+
+
+def test_int8_calls_never_reach_the_hopper_loop(monkeypatch):
+    """On a launch row whose loop is the warp-specialised Hopper loop, a call that loop would
+    take runs there in bf16 and on the portable kernel in int8 (the loop has no int8 path)."""
+    import types
+
+    fake = types.SimpleNamespace(ws_supported=lambda *a: True,
+                                 ws_block_sparse_attention=lambda *a, **kw: ran.append("hopper") or kw["out"])
+    ran = []
+    monkeypatch.setattr(engine, "load_hopper_loop", lambda: fake)
+    real = engine.portable_attention
+    monkeypatch.setattr(engine, "portable_attention", lambda *a, **kw: ran.append("portable") or real(*a, **kw))
+    q, k, v = qkv(1, 256, 2, 64, torch.float16, seed=2)
+    kw = dict(grid=(2, 8, 16), params=[[1, 0, 0, 2, 0, 0]] * 2, tile=(2, 8, 8), config=TMA_BOXES)
+    kernels.psa_attention(q, k, v, precision="bf16", **kw)
+    kernels.psa_attention(q, k, v, precision="int8", **kw)
+    assert ran == ["hopper", "portable"]
+    layout = block_layout((2, 8, 16), (2, 8, 8))
+    assert engine.work_bytes_per_head(q, k, v, layout, pooled=False, config=TMA_BOXES, precision="int8") > \
+        engine.work_bytes_per_head(q, k, v, layout, pooled=False, config=POINTER_LOOP, precision="bf16")
+
+
+def test_every_int8_launch_runs_on_the_inputs_device(monkeypatch):
+    """The key quantization and Sol's pooling pass launch under a device guard too."""
+    import kernels._device
+    import kernels.engine.quantize
+    import kernels.sol_gpu_routing
+
+    seen = []
+    real = kernels._device.device_guard
+    for module in (engine, kernels.engine.quantize, kernels.sol_gpu_routing):
+        monkeypatch.setattr(module, "device_guard", lambda t: seen.append(("guard", t.device)) or real(t))
+    q, k, v = qkv(1, 130, 1, 64, torch.float16, seed=4)
+    kernels.psa_attention(q, k, v, grid=(2, 5, 13), params=[[1, 0, 0, 1, 0, 0]], tile=(1, 4, 4), precision="int8")
+    assert len(seen) == 1  # the quantization (the engine launches from portable.py, checked elsewhere)
+    kernels.sol_attention(q, k, v, beta=1.0, precision="int8")
+    assert len(seen) == 4 and all(d == q.device for _, d in seen)  # + pool, route, quantization
+
+
+# ------------------------------------------------------------------------ the precision argument
+@pytest.mark.parametrize("call", ["sol_attention", "psa_attention", "sol_attention_reference",
+                                  "psa_attention_reference", "block_sparse_attention"])
+def test_precision_is_checked_by_name(call):
+    from kernels.block_mask import mask_from_dense
+
+    q, k, v = qkv(1, 64, 1, 64, torch.float16, seed=1)
+    lay = row_major_layout(64)
+    calls = {
+        "sol_attention": lambda p: kernels.sol_attention(q, k, v, beta=1.0, precision=p),
+        "psa_attention": lambda p: kernels.psa_attention(q, k, v, grid=(1, 8, 8), params=[[1, 0, 0, 1, 0, 0]],
+                                                         tile=(1, 8, 8), precision=p),
+        "sol_attention_reference": lambda p: kernels.sol_attention_reference(q, k, v, beta=1.0, precision=p),
+        "psa_attention_reference": lambda p: kernels.psa_attention_reference(
+            q, k, v, grid=(1, 8, 8), params=[[1, 0, 0, 1, 0, 0]], tile=(1, 8, 8), precision=p),
+        "block_sparse_attention": lambda p: engine.block_sparse_attention(
+            q, k, v, mask_from_dense(torch.ones(1, 1, 1, 1, dtype=torch.bool), lay), scale=0.125, precision=p),
+    }
+    with pytest.raises(ValueError, match="^precision: 'fp8' has no kernel path yet"):
+        calls[call]("fp8")
+    for bad in ("INT8", "fp16", None, 8):
+        with pytest.raises(ValueError, match="^precision: expected one of"):
+            calls[call](bad)
+    if call.endswith("reference"):
+        with pytest.raises(ValueError, match="^precision: expected one of 'bf16', 'int8', got 'auto'"):
+            calls[call]("auto")
+    else:
+        torch.testing.assert_close(calls[call]("auto"), calls[call]("bf16"), rtol=0, atol=0)
+
+
+def test_auto_picks_the_table_row_and_logs_it_once(caplog):
+    """``auto`` is the AUTO_PRECISION row of the launch row's architecture (bf16 on every
+    architecture until int8 is measured there), logged once per architecture; a row naming
+    int8 on the Hopper-loop row says the portable kernel runs those calls."""
+    import dataclasses
+    import logging
+
+    from kernels.engine import precision as prec
+
+    prec._logged_auto.cache_clear()
+    assert set(prec.AUTO_PRECISION) == set(ARCHITECTURES)
+    assert {c.precision for c in prec.AUTO_PRECISION.values()} == {"bf16"}
+    with caplog.at_level(logging.INFO, logger="sparse_video_attention.kernels"):
+        for _ in range(3):
+            choice = prec.resolve_precision("auto", ARCHITECTURES[(8, 9)])
+        prec.resolve_precision("auto", dataclasses.replace(ARCHITECTURES[(8, 6)], capability=(8, 7)))
+    lines = [r.getMessage() for r in caplog.records if "precision auto" in r.getMessage()]
+    assert lines == ["[sparse-video-attention] precision auto on sm_89 (the sm_89 row): bf16 (auto: int8 not yet "
+                     "measured on this architecture)",
+                     "[sparse-video-attention] precision auto on sm_87 (the sm_86 row): bf16 (auto: int8 not yet "
+                     "measured on this architecture)"]
+    assert choice.describe() == "bf16 (auto: int8 not yet measured on this architecture)"
+    assert prec.resolve_precision("int8", POINTER_LOOP).describe() == "int8 (asked for)"
+    assert "the portable kernel runs these calls" in prec.resolve_precision("int8", TMA_BOXES).reason
+    # the public form, for a device (the interpreter's is the Hopper row)
+    assert kernels.precision_for_device("int8", "cpu") == prec.resolve_precision("int8", TMA_BOXES)
+    assert kernels.check_precision("int8") == "int8" and kernels.PRECISIONS == ("auto", "bf16", "int8")
