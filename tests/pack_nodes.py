@@ -147,6 +147,18 @@ def hunyuan_non_video_tokens(tiny, seen) -> dict:
     return counts
 
 
+def spy_kernel_calls(pack, monkeypatch, op_name="sol_attention") -> list:
+    """Record each call of the pack's kernel op ``op_name``: (its v, its ``grid``)."""
+    calls = []
+    real_op = getattr(pack.ops, op_name)
+
+    def spy(q, k, v, **kw):
+        calls.append((v, kw.get("grid")))
+        return real_op(q, k, v, **kw)
+    monkeypatch.setattr(pack.ops, op_name, spy)
+    return calls
+
+
 def value_rows(qkv, heads):
     """The value rows (B, L, H, D) of a fused q/k/v projection's output (B, L, 3·H·D)."""
     b, n, _ = qkv.shape

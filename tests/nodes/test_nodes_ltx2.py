@@ -19,7 +19,7 @@ import comfyui_harness as H
 import tiny_models
 from kernels.preset_file import load_preset
 from kernels.psa_mask import psa_mask
-from pack_nodes import patch, saved_and_loaded, summary
+from pack_nodes import patch, saved_and_loaded, spy_kernel_calls, summary
 
 STEPS = 3
 PRESETS = {"ltx2": "ltx2_720p_121f.json", "ltx23": "ltx2.3_720p_121f.json"}
@@ -101,14 +101,9 @@ def test_kernel_gets_the_video_tokens_of_comfyuis_own_layers(pack, monkeypatch, 
     """The kernel's value rows are attn1's own v projection (before LTX-2.3's per-head gate,
     which scales the attention output afterwards), with the video grid of ``latent_shapes``."""
     dm = ltx2.patcher.model.diffusion_model
-    seen, kernel_calls = [], []
+    seen = []
     hook = dm.transformer_blocks[0].attn1.to_v.register_forward_hook(lambda mod, args, out: seen.append(out.clone()))
-    real = pack.ops.sol_attention
-
-    def spy(q, k, v, **kwargs):
-        kernel_calls.append((v, kwargs.get("grid")))
-        return real(q, k, v, **kwargs)
-    monkeypatch.setattr(pack.ops, "sol_attention", spy)
+    kernel_calls = spy_kernel_calls(pack, monkeypatch)
     try:
         H.sample(ltx2, steps=1, model=patch(pack, ltx2.patcher, beta=1.0, warmup=0.0, dense_blocks=""))
     finally:

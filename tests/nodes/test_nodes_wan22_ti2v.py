@@ -15,7 +15,7 @@ import comfyui_harness as H
 import tiny_models
 from kernels.preset_file import load_preset
 from kernels.psa_mask import psa_mask
-from pack_nodes import patch, saved_and_loaded, summary
+from pack_nodes import patch, saved_and_loaded, spy_kernel_calls, summary
 
 STEPS = 3
 PRESET = H.REPO_ROOT / "mask_presets" / "wan2.2_ti2v_5b_720p_121f.json"
@@ -66,14 +66,9 @@ def test_kernel_gets_the_video_tokens_of_comfyuis_own_layers(pack, monkeypatch, 
     grid in ComfyUI's order, with the grid the kernel tiles."""
     tiny, kw, _ = wan22
     dm = tiny.patcher.model.diffusion_model
-    seen, kernel_calls = [], []
+    seen = []
     hook = dm.blocks[0].self_attn.v.register_forward_hook(lambda mod, args, out: seen.append(out.clone()))
-    real = pack.ops.sol_attention
-
-    def spy(q, k, v, **kwargs):
-        kernel_calls.append((v, kwargs.get("grid")))
-        return real(q, k, v, **kwargs)
-    monkeypatch.setattr(pack.ops, "sol_attention", spy)
+    kernel_calls = spy_kernel_calls(pack, monkeypatch)
     try:
         H.sample(tiny, steps=1, cfg=2.0, model=patch(pack, tiny.patcher, beta=1.0, warmup=0.0, dense_blocks=""), **kw)
     finally:
