@@ -27,12 +27,14 @@ Each consumer folds, in one online softmax and in this order: Sol's pooled term 
 (boxes of a 5D descriptor over the token grid; rows outside the grid's padding get -inf),
 the listed extra (text) blocks (boxes of a 3D descriptor over the sequence, rows past the
 block's length get -inf); Sol's steps mix grid and text blocks, their padding masked through
-``key_bits``. On both 720p grids (45 = 5·8 + 5 rows) 3×8×W tiles run the edge
-cover (``edge_cover``): the last block row's 3·5·W keys in 2 steps instead of 3, each step
-two boxes of half a slot, so no step reads the padding. The semantics are
-the portable kernel's; the float references are the same. Only Hopper builds this kernel
-(``launch_config``'s ``warp_specialized``), and only with Triton >= 3.6
-(``engine.load_hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable kernel.
+``key_bits``. A grid cut in rows leaves the last block row's tiles partly filled; where it
+pays (``edge_cover_rows``), PSA's blocks there run the edge cover: two boxes of half a slot
+per step, the top half rows of each frame, then each remaining row across half-tile-height
+frames, so that fewer steps read padding (at 720p, 45 = 5·8 + 5 rows, 3×8×W tiles: 2 steps
+instead of 3). The semantics are the portable kernel's; the float references are the same.
+Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``), and only with
+Triton >= 3.6 (``engine.load_hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable
+kernel.
 """
 
 import functools
@@ -58,7 +60,7 @@ from .launch_args import grid_geometry, strides
 from .pair_streams import pair_streams
 from .tile_loop import tma_views
 
-__all__ = ["ROWS", "edge_cover", "ws_block_sparse_attention", "ws_supported"]
+__all__ = ["ROWS", "cover_box", "cover_steps", "edge_cover_rows", "ws_block_sparse_attention", "ws_supported"]
 
 ROWS = gl.constexpr(64)  # query rows of one consumer warpgroup: the M of a Hopper warpgroup MMA
 NEG_BIG = gl.constexpr(-1.0e30)  # finite stand-in for -inf in the running max (see tile_loop)
@@ -85,8 +87,9 @@ def _set_fields(aggregate_value, fields):
 class LoopShape:
     """What every partition knows at compile time: the head dim, the key rows of a ring slot
     (``BLOCK_N``), the blocks (``BLOCK_TOKENS``, tile, TMA box frames ``SUB_T``, block grid),
-    the ring depth, and which phases, layouts and key covers (the padding bias of a padded
-    grid, or the 720p edge cover) this launch has."""
+    the ring depth, and which phases, layouts and key covers this launch has: the padding bias
+    of a padded grid (under the edge cover, of the blocks above the last block row), and the
+    edge cover's real rows of the last block row (``EDGE_ROWS``, 0 without the cover)."""
 
     HEAD_DIM: gl.constexpr
     BLOCK_N: gl.constexpr
@@ -104,7 +107,7 @@ class LoopShape:
     POOLED: gl.constexpr
     HAS_EXTRA: gl.constexpr
     GRID_PADDED: gl.constexpr
-    EDGE_COVER: gl.constexpr
+    EDGE_ROWS: gl.constexpr
 
     @constexpr_function
     def __init__(self, **fields):
@@ -115,9 +118,9 @@ class LoopShape:
 class LoopCall:
     """The run-time arguments of a launch: q/o pointers and strides, the mask (work order,
     counts, ids), the layout (slot map, block lengths, Sol's key bits), Sol's pooled term (log2 lengths,
-    routed bitmap), the TMA descriptors (the edge cover's half-slot boxes: ``*_half`` one frame
-    of the tile's first 4 rows, ``*_row`` the 5th row of 4 frames) and the scalars of the
-    geometry."""
+    routed bitmap), the TMA descriptors (the edge cover's half-slot boxes: ``*_half`` the top
+    half rows of one frame, ``*_row`` one row of half-tile-height frames) and the scalars of
+    the geometry."""
 
     Q: gl.tensor
     O: gl.tensor
@@ -247,12 +250,87 @@ def _step_blocks(ids, t, n):
     return first >> 2, gl.where(empty, first >> 2, second >> 2), empty, first & 3
 
 
+@constexpr_function  # the host's rule and the kernel's loops count the same steps
+def cover_steps(tile_t, tile_h, rows):
+    """Ring steps of the edge cover over a tile of ``tile_t`` frames cut to ``rows`` of its
+    ``tile_h`` rows: one half-slot box for the top ``tile_h / 2`` rows of each frame, then, for
+    each row below those, one box per ``tile_h / 2`` frames; two boxes a step."""
+    half = tile_h // 2
+    row_boxes = max(0, rows - half) * -(-tile_t // half)
+    return -(-(tile_t + row_boxes) // 2)
+
+
 @gluon.jit
 def _covered_steps(blk, shape):
-    """Under the edge cover: the ring steps of listed grid block ``blk`` (2 in the last block
-    row, else one per frame) and whether it is in that row."""
+    """Under the edge cover: the ring steps of listed grid block ``blk`` (``cover_steps`` in
+    the last block row, else one per frame) and whether it is in that row."""
+    EDGE_STEPS: gl.constexpr = cover_steps(shape.TILE_T, shape.TILE_H, shape.EDGE_ROWS)
     on_edge = (blk % shape.GRID_HW) // shape.GRID_W == shape.GRID_HW // shape.GRID_W - 1
-    return gl.where(on_edge, 2, shape.TILE_T), on_edge
+    return gl.where(on_edge, EDGE_STEPS, shape.TILE_T), on_edge
+
+
+@constexpr_function  # the producer's boxes, the consumer's masks and the CPU model take the same
+def cover_box(tile_t, tile_h, q):
+    """Where half-slot box ``q`` of an edge block starts in its tile (frame, row) and whether it
+    is a row box (one row of ``tile_h / 2`` frames) rather than a top half (the first
+    ``tile_h / 2`` rows of one frame), in the order of ``cover_steps``: box q < tile_t is frame
+    q's top half, then row ``tile_h / 2 + i`` from frame ``g · tile_h / 2`` for i, g in row-major
+    order. The box after the last (an odd count's padding) comes out as the row below the
+    block's real rows, which the consumer masks."""
+    half = tile_h // 2
+    if q < tile_t:
+        return q, 0, False
+    row_boxes = -(-tile_t // half)
+    return ((q - tile_t) % row_boxes) * half, half + (q - tile_t) // row_boxes, True
+
+
+@constexpr_function
+def _cover_step_whole(tile_t, tile_h, rows, e):
+    """Whether both boxes of cover step ``e`` hold only the block's keys on a grid that cuts
+    its tiles in rows only (no key of it to mask)."""
+    half = tile_h // 2
+    for q in (2 * e, 2 * e + 1):
+        frame, row, along_t = cover_box(tile_t, tile_h, q)
+        if (frame + half > tile_t or row >= rows) if along_t else half > rows:
+            return False
+    return True
+
+
+@gluon.jit
+def _cover_origins(shape, e: gl.constexpr):
+    """Frame, row and kind (1: a row box) of the two boxes of cover step ``e`` (``cover_box``)."""
+    F0: gl.constexpr = cover_box(shape.TILE_T, shape.TILE_H, 2 * e)[0]
+    R0: gl.constexpr = cover_box(shape.TILE_T, shape.TILE_H, 2 * e)[1]
+    A0: gl.constexpr = cover_box(shape.TILE_T, shape.TILE_H, 2 * e)[2] * 1
+    F1: gl.constexpr = cover_box(shape.TILE_T, shape.TILE_H, 2 * e + 1)[0]
+    R1: gl.constexpr = cover_box(shape.TILE_T, shape.TILE_H, 2 * e + 1)[1]
+    A1: gl.constexpr = cover_box(shape.TILE_T, shape.TILE_H, 2 * e + 1)[2] * 1
+    return F0, R0, A0, F1, R1, A1
+
+
+@gluon.jit
+def _step_origins(shape, s, FIRST: gl.constexpr):
+    """``_cover_origins`` of run-time cover step ``s``, one of steps ``FIRST`` on."""
+    EDGE_STEPS: gl.constexpr = cover_steps(shape.TILE_T, shape.TILE_H, shape.EDGE_ROWS)
+    f0, r0, a0, f1, r1, a1 = _cover_origins(shape, FIRST)
+    for e in gl.static_range(FIRST + 1, EDGE_STEPS):
+        e_f0, e_r0, e_a0, e_f1, e_r1, e_a1 = _cover_origins(shape, e)
+        f0, r0, a0 = gl.where(s == e, e_f0, f0), gl.where(s == e, e_r0, r0), gl.where(s == e, e_a0, a0)
+        f1, r1, a1 = gl.where(s == e, e_f1, f1), gl.where(s == e, e_r1, r1), gl.where(s == e, e_a1, a1)
+    return f0, r0, a0, f1, r1, a1
+
+
+@gluon.jit
+def _cover_keys(shape, origins, offs_n):
+    """The frame and row in its tile of every slot column's key at a cover step whose boxes
+    start at ``origins`` (``_cover_origins``: constexprs, or run-time scalars)."""
+    f0, r0, a0, f1, r1, a1 = origins
+    HALF: gl.constexpr = shape.BLOCK_N // 2
+    second = offs_n >= HALF
+    down = (offs_n % HALF) // shape.TILE_W  # a box's second axis: rows of a top half, frames of a row box
+    frame = gl.where(second, f1 + down * a1, f0 + down * a0)
+    row = gl.where(second, r1 + down * (1 - a1), r0 + down * (1 - a0))
+    return frame, row
 
 
 @gluon.jit
@@ -336,26 +414,54 @@ def _produce_pair_step(call, ring, shape, blocks, k_at, v_at, slot, phase):
 
 
 @gluon.jit
-def _produce_edge_step(call, ring, shape, s, corner, k_at, v_at, slot, phase):
-    """Step ``s`` of an edge block under the cover: its first two frames' 4 rows (s = 0), then
-    its third frame's 4 rows and the 5th row of 4 frames (s = 1; the 4th frame is the next
-    tile's, or past the grid and zero-filled, and the consumer masks it)."""
+def _produce_cover_boxes(call, ring, corner, origins, k_at, v_at, slot, A0: gl.constexpr, A1: gl.constexpr):
+    """Two half-slot boxes of an edge block into ring slot ``slot``: from ``origins`` (frame
+    and row of each in its tile, ``_cover_origins``), of kinds ``A0`` and ``A1`` (1: a row
+    box, 0: a top half). A box's keys outside the block (rows below its real ones, frames of
+    the next tile) are masked by the consumer; those outside the grid come zero-filled."""
     t0, h0, w0 = corner
-    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    f0, r0, _, f1, r1, _ = origins
     k_b, k_col = k_at
     v_b, v_col = v_at
-    HALF_ROWS: gl.constexpr = shape.TILE_H // 2
-    first_t = t0 + 2 * s
-    if s == 0:
-        _produce_halves(call.k_half, [k_b, first_t, h0, w0, k_col], call.k_half, [k_b, first_t + 1, h0, w0, k_col],
-                        ring.k_ring, slot, ring.k_ready.index(slot))
-        _produce_halves(call.v_half, [v_b, first_t, h0, w0, v_col], call.v_half, [v_b, first_t + 1, h0, w0, v_col],
-                        ring.v_ring, slot, ring.v_ready.index(slot))
+    k0, k1 = [k_b, t0 + f0, h0 + r0, w0, k_col], [k_b, t0 + f1, h0 + r1, w0, k_col]
+    v0, v1 = [v_b, t0 + f0, h0 + r0, w0, v_col], [v_b, t0 + f1, h0 + r1, w0, v_col]
+    if A0:
+        _produce_halves(call.k_row, k0, call.k_row, k1, ring.k_ring, slot, ring.k_ready.index(slot))
+        _produce_halves(call.v_row, v0, call.v_row, v1, ring.v_ring, slot, ring.v_ready.index(slot))
+    elif A1:
+        _produce_halves(call.k_half, k0, call.k_row, k1, ring.k_ring, slot, ring.k_ready.index(slot))
+        _produce_halves(call.v_half, v0, call.v_row, v1, ring.v_ring, slot, ring.v_ready.index(slot))
     else:
-        _produce_halves(call.k_half, [k_b, first_t, h0, w0, k_col], call.k_row, [k_b, t0, h0 + HALF_ROWS, w0, k_col],
-                        ring.k_ring, slot, ring.k_ready.index(slot))
-        _produce_halves(call.v_half, [v_b, first_t, h0, w0, v_col], call.v_row, [v_b, t0, h0 + HALF_ROWS, w0, v_col],
-                        ring.v_ring, slot, ring.v_ready.index(slot))
+        _produce_halves(call.k_half, k0, call.k_half, k1, ring.k_ring, slot, ring.k_ready.index(slot))
+        _produce_halves(call.v_half, v0, call.v_half, v1, ring.v_ring, slot, ring.v_ready.index(slot))
+
+
+@gluon.jit
+def _produce_edge_step(call, ring, shape, s, corner, k_at, v_at, slot, phase):
+    """Step ``s`` of an edge block under the cover, once the consumers have released ring slot
+    ``slot``, in the order of ``cover_box``: steps of two
+    top halves (frames 2s and 2s + 1), with an odd frame count a step of the last top half and
+    the first row box, then steps of two row boxes: one branch per kind of step (the kinds
+    and the bounds between them are constexpr), only the row boxes' origins chosen at run
+    time (``_step_origins``)."""
+    EDGE_STEPS: gl.constexpr = cover_steps(shape.TILE_T, shape.TILE_H, shape.EDGE_ROWS)
+    TOPS: gl.constexpr = shape.TILE_T // 2
+    MIXED: gl.constexpr = shape.TILE_T % 2
+    ROW_FROM: gl.constexpr = TOPS + MIXED
+    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
+    tops = (2 * s, 0, 0, 2 * s + 1, 0, 0)
+    if EDGE_STEPS == TOPS:
+        _produce_cover_boxes(call, ring, corner, tops, k_at, v_at, slot, 0, 0)
+    elif s < TOPS:
+        _produce_cover_boxes(call, ring, corner, tops, k_at, v_at, slot, 0, 0)
+    elif MIXED == 0:
+        _produce_cover_boxes(call, ring, corner, _step_origins(shape, s, ROW_FROM), k_at, v_at, slot, 1, 1)
+    elif EDGE_STEPS == ROW_FROM:
+        _produce_cover_boxes(call, ring, corner, _cover_origins(shape, TOPS), k_at, v_at, slot, 0, 1)
+    elif s == TOPS:
+        _produce_cover_boxes(call, ring, corner, _cover_origins(shape, TOPS), k_at, v_at, slot, 0, 1)
+    else:
+        _produce_cover_boxes(call, ring, corner, _step_origins(shape, s, ROW_FROM), k_at, v_at, slot, 1, 1)
 
 
 @gluon.jit
@@ -395,7 +501,7 @@ def _producer(call, ring, shape):
             slot, phase = _ring_slot(shape, i)
             _produce_pair_step(call, ring, shape, (blk0, blk1), (k_b, k_col), (v_b, v_col), slot, phase)
             i += 1
-    elif shape.EDGE_COVER:
+    elif shape.EDGE_ROWS > 0:
         blk_next = _listed_block(ids, 0, n_grid)
         for j in range(n_grid):
             blk = blk_next
@@ -584,6 +690,43 @@ def _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n):
 
 
 @gluon.jit
+def _grid_box_bias(call, corner, box_t, box_h, box_w):
+    """The key bias of a grid box from ``corner`` whose keys lie ``box_t``, ``box_h``, ``box_w``
+    from it: -inf past the grid, else 0."""
+    t0, h0, w0 = corner
+    inside = (t0 + box_t < call.tokens_t) & (h0 + box_h < call.tokens_h) & (w0 + box_w < call.tokens_w)
+    return gl.where(inside, 0.0, float("-inf"))
+
+
+@gluon.jit
+def _edge_bias(call, shape, corner, s, offs_n):
+    """The key bias of step ``s`` of an edge block under the cover on a grid that also cuts
+    tiles in frames or columns (``corner``: its tile's first key), per slot column: -inf on
+    the keys of its two half-slot boxes that are not the block's (rows from ``EDGE_ROWS`` on,
+    frames of the next tile) or lie past the grid's frames or columns."""
+    t0, _, w0 = corner
+    frame, row = _cover_keys(shape, _step_origins(shape, s, 0), offs_n)
+    inside = ((frame < shape.TILE_T) & (row < shape.EDGE_ROWS) & (t0 + frame < call.tokens_t)
+              & (w0 + offs_n % shape.TILE_W < call.tokens_w))
+    return gl.where(inside, 0.0, float("-inf"))
+
+
+@gluon.jit
+def _cover_bias(shape, on_edge, s, offs_n, zero_bias):
+    """The key bias of step ``s`` of a block under the cover on a grid cut in rows only: -inf
+    on the keys of an edge block's step that are not the block's (``_cover_keys``; only the
+    steps that hold such keys test ``s``), else 0."""
+    EDGE_STEPS: gl.constexpr = cover_steps(shape.TILE_T, shape.TILE_H, shape.EDGE_ROWS)
+    bias = zero_bias
+    for e in gl.static_range(EDGE_STEPS):
+        if not _cover_step_whole(shape.TILE_T, shape.TILE_H, shape.EDGE_ROWS, e):
+            frame, row = _cover_keys(shape, _cover_origins(shape, e), offs_n)
+            foreign = (frame >= shape.TILE_T) | (row >= shape.EDGE_ROWS)
+            bias = gl.where(foreign & (on_edge & (s == e)), float("-inf"), bias)
+    return bias
+
+
+@gluon.jit
 def _pooled_bias(call, bits, chunk, offs_n, BLOCK_N: gl.constexpr):
     """The key bias of pooled chunk ``chunk`` (``BLOCK_N`` pooled blocks, one per column):
     log2 of the block's length, -inf for a routed block (it is computed exactly) and past the
@@ -670,25 +813,29 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     box_h = (offs_n // TILE_W) % TILE_H
     box_w = offs_n % TILE_W
     zero_bias = gl.zeros([BLOCK_N], gl.float32, col_layout)
-    if shape.EDGE_COVER:
-        # An edge block's second step ends with the 4th frame of its 5th-row box: not its keys.
-        foreign = offs_n >= BLOCK_N - TILE_W
-        blk_next = _listed_block(ids, 0, n_grid)
+    if shape.EDGE_ROWS > 0:
+        # The consumer reads each block id in its own iteration, not a block ahead as the
+        # producer does: where every cover step is whole (no bias needs the block), Triton 3.6
+        # dropped the look-ahead id from the loop's carried values and counted every block's
+        # steps from the first one's, so producer and consumers disagreed and the launch hung.
         for j in range(n_grid):
-            blk = blk_next
-            blk_next = _listed_block(ids, j + 1, n_grid)
+            blk = _listed_block(ids, j, n_grid)
             n_sub, on_edge = _covered_steps(blk, shape)
             for s in range(n_sub):
-                bias = gl.where(foreign & (on_edge & (s == 1)), float("-inf"), zero_bias)
+                if not shape.GRID_PADDED:
+                    bias = _cover_bias(shape, on_edge, s, offs_n, zero_bias)
+                elif on_edge:
+                    bias = _edge_bias(call, shape, _box_corner(blk, 0, shape), s, offs_n)
+                else:
+                    bias = _grid_box_bias(call, _box_corner(blk, s, shape), box_t, box_h, box_w)
                 slot, phase = _ring_slot(shape, i)
                 state = _step(state, q_smem, ring, slot, phase, bias, me)
                 i += 1
     elif shape.SHARED_LIST:
         for t in range(n_grid * SUB):
             if shape.GRID_PADDED:
-                t0, h0, w0 = _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape)
-                inside = (t0 + box_t < call.tokens_t) & (h0 + box_h < call.tokens_h) & (w0 + box_w < call.tokens_w)
-                bias = gl.where(inside, 0.0, float("-inf"))
+                bias = _grid_box_bias(call, _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape), box_t,
+                                      box_h, box_w)
             else:
                 bias = zero_bias
             slot, phase = _ring_slot(shape, i)
@@ -744,7 +891,7 @@ def _ws_block_sparse_kernel(
     TILE_T: gl.constexpr, TILE_H: gl.constexpr, TILE_W: gl.constexpr, SUB_T: gl.constexpr,
     GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
     SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
-    POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr, EDGE_COVER: gl.constexpr,
+    POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr, EDGE_ROWS: gl.constexpr,
 ):
     dtype: gl.constexpr = K_GRID.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
@@ -767,7 +914,7 @@ def _ws_block_sparse_kernel(
                       TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES,
                       SHARED_LIST=SHARED_LIST, K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS,
                       V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED, HAS_EXTRA=HAS_EXTRA,
-                      GRID_PADDED=GRID_PADDED, EDGE_COVER=EDGE_COVER)
+                      GRID_PADDED=GRID_PADDED, EDGE_ROWS=EDGE_ROWS)
     call = LoopCall(
         Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, KEY_BITS=KEY_BITS,
         LOG2_LEN=LOG2_LEN,
@@ -858,22 +1005,36 @@ def _tma_descriptor(x, shape, strides, box):
     return TensorDescriptor(x, shape, strides, box, gl.NVMMASharedLayout.get_default_for(box, dtype))
 
 
-def edge_cover(lay, sub_frames) -> bool:
-    """Whether a launch on ``lay`` runs the edge cover: 3×8×W tiles in one-frame boxes on a
-    grid whose rows leave 5 for the last block row (45 = 5·8 + 5: Wan and HunyuanVideo at
-    720p) and whose frames and columns fill whole tiles. Such a block's 3·5·W keys take 2
-    steps (one frame of the first 4 rows per half slot, then the 5th row of 4 frames in a
-    half slot with the 4th frame masked) instead of 3 steps of which 3/8 is padding."""
-    T, H, W = lay.grid
-    bt, bh, bw = lay.tile
-    return (bt, bh, sub_frames) == (3, 8, 1) and H % bh == 5 and T % bt == 0 and W % bw == 0
+def edge_cover_rows(lay, sub_frames) -> int:
+    """The real rows of the last block row when a launch on ``lay`` runs the edge cover there,
+    else 0 (the launch takes it for PSA's 128-row query tiles only). The cover takes one-frame
+    boxes of tiles of even height cut by the grid's last rows (0 < rows < tile height), and
+    only where it takes fewer steps per block of that row (``cover_steps``) than the one step
+    per frame of the other blocks: at 720p (45 = 5·8 + 5 rows) 3×8×W tiles take 2 instead of
+    3; a cut to at most half the height pays on tiles of 2 or more frames. Keys of a tile also
+    cut in frames or columns are masked by their coordinates."""
+    _, H, _ = lay.grid
+    bt, bh, _ = lay.tile
+    rows = H - (lay.block_grid[1] - 1) * bh
+    if sub_frames != 1 or bh % 2 or rows == bh:
+        return 0
+    return rows if cover_steps(bt, bh, rows) < bt else 0
+
+
+def _cut_in_frames_or_columns(lay) -> bool:
+    """Whether the grid leaves some tiles partly filled in frames or columns (under the edge
+    cover, the blocks above the last block row then need the padding bias)."""
+    T, _, W = lay.grid
+    bt, _, bw = lay.tile
+    return T % bt != 0 or W % bw != 0
 
 
 def _descriptors(x, lay, sub_frames, block_n, cover, halves):
     """The descriptors of K or V: grid boxes, sequence boxes for text blocks, the edge cover's
-    two half-slot boxes (the grid boxes stand in without the cover), and whether its heads
-    are in the columns (``tile_loop.tma_views``). With ``halves`` (Sol's pair steps) the grid
-    and sequence boxes are one block × one 128-byte column chunk (``_copy_half``)."""
+    two half-slot boxes (the top half rows of a frame, one row of half-tile-height frames; the
+    grid boxes stand in without the cover), and whether its heads are in the columns
+    (``tile_loop.tma_views``). With ``halves`` (Sol's pair steps) the grid and sequence boxes
+    are one block × one 128-byte column chunk (``_copy_half``)."""
     (grid_shape, grid_strides), (seq_shape, seq_strides), heads_in_columns = tma_views(x, lay.grid)
     D = x.shape[3]
     _, bh, bw = lay.tile
@@ -920,7 +1081,8 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, b
     B, L, H, D = q.shape
     shared = block_m == 128
     block_n = step_keys(block_m, sub_frames * lay.tile[1] * lay.tile[2])
-    cover = edge_cover(lay, sub_frames)
+    edge_rows = edge_cover_rows(lay, sub_frames) if shared else 0
+    cover = edge_rows > 0
     k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k, lay, sub_frames, block_n, cover, halves=not shared)
     v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover, halves=not shared)
     if pooled is not None:
@@ -935,7 +1097,8 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, b
     layout_args = dict(ROW_MAP=lay.row_map, LENGTHS=lay.lengths, KEY_BITS=lay.lengths if shared else key_bits(lay),
                        num_blocks=lay.n_blocks, n_grid_blocks=lay.n_grid_blocks, n_grid_tokens=lay.n_grid_tokens,
                        BLOCK_TOKENS=lay.block_tokens, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks,
-                       GRID_PADDED=lay.padded and not cover, EDGE_COVER=cover, **grid_geometry(lay))
+                       GRID_PADDED=_cut_in_frames_or_columns(lay) if cover else lay.padded, EDGE_ROWS=edge_rows,
+                       **grid_geometry(lay))
     shape_args = dict(HEAD_DIM=D, BLOCK_N=block_n, SUB_T=sub_frames,
                       STAGES=ring_stages(block_m, block_n, D, q.element_size(), num_stages),
                       SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,

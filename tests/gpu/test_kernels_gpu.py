@@ -79,7 +79,9 @@ def test_sol_full_size(L, grid, H, beta, estimator, layout):
                                                     ((31, 45, 78), (6, 8, 8), 77, "heads_first"),
                                                     # one frame: the tile is longer than the grid,
                                                     # so every block is short (engine.launch_order.work_order)
-                                                    ((1, 45, 80), (3, 8, 16), 0, "blhd")])
+                                                    ((1, 45, 80), (3, 8, 16), 0, "blhd"),
+                                                    # LTX-2 / 2.3 720p preset: 64-token blocks
+                                                    ((16, 22, 40), (2, 4, 8), 0, "blhd")])
 def test_psa_full_size(grid, tile, extra, layout):
     L = grid[0] * grid[1] * grid[2] + extra
     q, k, v = random_qkv(1, L, 2, layout, seed=L)
@@ -226,6 +228,9 @@ WS_CASES = [
     ("psa", 1, 33 * 45 * 80 + 256, (33, 45, 80), (3, 8, 16), 256, 2, 128, torch.bfloat16, "single_block"),
     ("psa", 2, 31 * 45 * 78 + 77, (31, 45, 78), (6, 8, 8), 77, 3, 64, torch.float16, "heads_first"),
     ("psa", 1, 45 * 80 + 16, (1, 45, 80), (3, 8, 16), 16, 2, 128, torch.bfloat16, "blhd"),    # one frame
+    ("psa", 1, 31 * 22 * 40, (31, 22, 40), (2, 8, 8), 0, 2, 128, torch.bfloat16, "blhd"),       # Wan 2.2 5B preset
+    # HunyuanVideo 1.5 720p preset: frames cut, the edge cover, text, vision and glyph tokens
+    ("psa", 1, 31 * 45 * 80 + 1000, (31, 45, 80), (3, 8, 16), 1000, 2, 128, torch.bfloat16, "heads_first"),
     ("sol", 1, 21 * 45 * 80, (21, 45, 80), None, 0, 3, 128, torch.bfloat16, "blhd"),            # odd work count
     ("sol", 2, 9 * 45 * 80 + 256, (9, 45, 80), None, 256, 2, 128, torch.bfloat16, "single_block"),
     ("sol", 1, 32768 + 5, None, None, 0, 2, 64, torch.float16, "heads_first"),                 # row-major
@@ -300,24 +305,36 @@ def test_sol_launches_per_head_write_what_one_launch_writes(monkeypatch, layout)
     assert torch.equal(outputs["one"], outputs["per_head"])
 
 
-@pytest.mark.parametrize("tile,extra,layout,D,dtype", [((3, 8, 16), 0, "blhd", 128, torch.bfloat16),
-                                                       ((3, 8, 16), 256, "single_block", 128, torch.bfloat16),
-                                                       ((3, 8, 8), 77, "heads_first", 64, torch.float16)])
-def test_edge_cover_matches_masked_attention_row_by_row(monkeypatch, tile, extra, layout, D, dtype):
-    """The 720p edge cover (hopper_loop.edge_cover: the last block row's keys in 2 steps of
-    two half-slot boxes, a 4th frame masked) against float32 attention over the same visited
-    pairs, per query block. Random block masks visit edge blocks of every frame tile,
-    including the last, whose 5th-row box reaches past the grid; one query block visits a
-    single edge block, where a foreign or a missing frame would move every row."""
+EDGE_COVER_CASES = [
+    # grid, tile, extra tokens, layout, head dim, dtype, real rows of the last block row, steps there
+    ((6, 45, 80), (3, 8, 16), 0, "blhd", 128, torch.bfloat16, 5, 2),             # 720p: 3 tops, then the 5th row
+    ((6, 45, 80), (3, 8, 16), 256, "single_block", 128, torch.bfloat16, 5, 2),
+    ((6, 45, 80), (3, 8, 8), 77, "heads_first", 64, torch.float16, 5, 2),         # 64-key slots
+    ((6, 20, 32), (3, 8, 16), 0, "blhd", 128, torch.bfloat16, 4, 2),             # 3 tops and a padding half
+    ((5, 19, 40), (2, 8, 16), 0, "blhd", 128, torch.bfloat16, 3, 1),             # frames and columns cut too
+    ((8, 22, 48), (4, 8, 16), 0, "heads_first", 128, torch.bfloat16, 6, 3),      # two rows below the tops
+    ((9, 13, 32), (6, 8, 16), 77, "blhd", 128, torch.bfloat16, 5, 4),            # 2 row boxes a row, frames cut
+]
+
+
+@pytest.mark.parametrize("grid,tile,extra,layout,D,dtype,rows,steps", EDGE_COVER_CASES)
+def test_edge_cover_matches_masked_attention_row_by_row(monkeypatch, grid, tile, extra, layout, D, dtype, rows,
+                                                        steps):
+    """The edge cover (hopper_loop.edge_cover_rows: a last block row cut to ``rows`` rows read
+    in ``steps`` steps of two half-slot boxes, the keys not the block's masked) against float32
+    attention over the same visited pairs, per query block. Random block masks (every query
+    block sees at least itself) visit edge blocks of every frame tile, including the last,
+    whose boxes reach past the grid; one query block visits a single edge block, where a
+    foreign, missing or doubled key would move every row."""
     from kernels.block_mask import block_layout, mask_from_dense
     from kernels.engine import block_sparse_attention, load_hopper_loop
 
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the warp-specialised loop is built for sm_90")
     hopper = load_hopper_loop()
-    grid, H = (6, 45, 80), 2
+    H = 2
     lay = block_layout(grid, tile, extra_tokens=extra, device="cuda")
-    assert hopper.edge_cover(lay, 1)
+    assert hopper.edge_cover_rows(lay, 1) == rows and hopper.cover_steps(tile[0], tile[1], rows) == steps
     runs = []
     real = hopper.ws_block_sparse_attention
     monkeypatch.setattr(hopper, "ws_block_sparse_attention", lambda *a, **kw: runs.append(1) or real(*a, **kw))
@@ -327,6 +344,7 @@ def test_edge_cover_matches_masked_attention_row_by_row(monkeypatch, tile, extra
     nb = lay.n_blocks
     _, nH, nW = lay.block_grid
     keep = torch.rand(1, H, nb, nb, generator=torch.Generator().manual_seed(nb)) < 0.4
+    keep[:, :, torch.arange(nb), torch.arange(nb)] = True  # no query block without keys
     last_edge_block = lay.n_grid_blocks - 1  # the last frame tile's, in the last block row
     assert (last_edge_block % (nH * nW)) // nW == nH - 1
     keep[:, :, 0] = False

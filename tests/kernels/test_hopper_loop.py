@@ -10,7 +10,8 @@ import torch
 import kernels._device as device
 import kernels.engine.hopper_loop as hopper_loop
 from kernels.block_mask import block_layout, row_major_layout
-from kernels.engine.hopper_loop import SHARED_MEMORY_BUDGET, edge_cover, ring_stages, step_keys, ws_supported
+from kernels.engine.hopper_loop import (SHARED_MEMORY_BUDGET, cover_box, cover_steps, edge_cover_rows, ring_stages,
+                                        step_keys, ws_supported)
 from kernels.engine.tile_loop import tma_sub_frames
 
 
@@ -62,18 +63,73 @@ def test_the_calls_it_leaves_to_the_portable_loop(compiled):
     assert not ws_supported(q, k, v, tiny, 32, tma_sub_frames(tiny.tile), 3, pooled=False)
 
 
-def test_the_edge_cover_takes_the_720p_grids_only():
-    """Two steps for a 5-row edge of 3×8×W tiles; every other padded grid keeps the masked
-    boxes (the cover's boxes assume whole tiles on the other axes and 3 frames a tile)."""
-    assert edge_cover(block_layout((21, 45, 80), (3, 8, 16)), 1)                 # Wan 2.1 720p
-    assert edge_cover(block_layout((33, 45, 80), (3, 8, 16), extra_tokens=256), 1)  # HunyuanVideo + text
-    assert edge_cover(block_layout((6, 13, 32), (3, 8, 8)), 1)                   # 64-key slots
-    assert not edge_cover(block_layout((21, 48, 80), (3, 8, 16)), 1)             # no padding
-    assert not edge_cover(block_layout((21, 46, 80), (3, 8, 16)), 1)             # a 6-row edge
-    assert not edge_cover(block_layout((20, 45, 80), (3, 8, 16)), 1)             # short last frames
-    assert not edge_cover(block_layout((21, 45, 78), (3, 8, 16)), 1)             # short last columns
-    assert not edge_cover(block_layout((30, 45, 80), (6, 8, 8)), 2)              # 6-frame tiles
-    assert not edge_cover(block_layout((21, 45, 80), (1, 8, 8)), 1)              # Sol's 64-token blocks
+@pytest.mark.parametrize("grid,tile,extra,rows,steps", [
+    ((21, 45, 80), (3, 8, 16), 0, 5, 2),      # Wan 2.1 720p: 3 tops, then the 5th row of 4 frames
+    ((33, 45, 80), (3, 8, 16), 256, 5, 2),    # HunyuanVideo 720p + text
+    ((6, 13, 32), (3, 8, 8), 0, 5, 2),        # 64-key slots
+    ((21, 44, 80), (3, 8, 16), 0, 4, 2),      # half a tile: 3 tops, a padding half
+    ((20, 45, 80), (3, 8, 16), 0, 5, 2),      # short last frames, masked by key
+    ((21, 45, 78), (3, 8, 16), 0, 5, 2),      # short last columns, masked by key
+    ((20, 43, 80), (2, 8, 16), 0, 3, 1),      # 2-frame tiles cut to 3 rows: 2 tops in one step
+    ((8, 22, 48), (4, 8, 16), 0, 6, 3),       # 4 tops, then rows 5 and 6 of 4 frames
+    ((9, 13, 32), (6, 8, 16), 0, 5, 4),       # 6 tops, then the 5th row in 2 boxes of 4 frames
+    ((6, 10, 32), (3, 4, 32), 0, 2, 2),       # 4-row tiles cut to 2
+    ((10, 25, 64), (5, 16, 8), 0, 9, 3),      # 16-row tiles: 5 tops, the 9th row of 8 frames
+])
+def test_the_edge_cover_takes_the_grids_where_it_saves_steps(grid, tile, extra, rows, steps):
+    """A tile cut to r of its bh rows by the grid's last rows takes the cover where its steps
+    (the top bh/2 rows of each frame, then each row below in boxes of bh/2 frames, two boxes
+    a step) are fewer than its frames."""
+    lay = block_layout(grid, tile, extra_tokens=extra)
+    assert edge_cover_rows(lay, 1) == rows
+    assert cover_steps(tile[0], tile[1], rows) == steps < tile[0]
+
+
+@pytest.mark.parametrize("grid,tile,sub_frames", [
+    ((21, 48, 80), (3, 8, 16), 1),    # no cut rows
+    ((21, 46, 80), (3, 8, 16), 1),    # 6 rows: 3 tops and 3 row boxes, 3 steps as without
+    ((21, 47, 80), (3, 8, 16), 1),    # 7 rows: 4 steps against 3
+    ((20, 45, 80), (2, 8, 16), 1),    # 5 rows of a 2-frame tile: 2 steps as without
+    ((21, 45, 80), (1, 8, 8), 1),     # one frame a tile (Sol's 64-token blocks): never fewer
+    ((21, 45, 80), (3, 7, 16), 1),    # odd tile height: no half
+    ((30, 45, 80), (6, 8, 8), 2),     # 2-frame boxes
+])
+def test_the_edge_cover_is_never_taken_where_it_saves_nothing(grid, tile, sub_frames):
+    assert edge_cover_rows(block_layout(grid, tile), sub_frames) == 0
+
+
+def test_the_cover_reads_every_key_of_an_edge_block_once():
+    """A model of the kernel's cover (``cover_box`` for the boxes the producer copies and the
+    keys the consumer keeps, ``_cover_step_whole`` for the steps whose bias it tests): over
+    ``cover_steps`` steps, the kept keys of every block of the last block row are its real
+    keys, each once, wherever the rule takes the cover (tiles up to 8 frames × 16 rows, every
+    cut, grids cut in frames and columns too), and a step called whole keeps all its keys in
+    a tile cut in rows only."""
+    bw = 4
+    for bt in range(1, 9):
+        for bh in range(2, 17, 2):
+            for rows in range(1, bh):
+                T, H, W = bt + 1, bh + rows, 2 * bw - 1  # the second frame tile and column cut
+                lay = block_layout((T, H, W), (bt, bh, bw))
+                if not edge_cover_rows(lay, 1):
+                    assert cover_steps(bt, bh, rows) >= bt
+                    continue
+                for t0 in range(0, T, bt):
+                    for w0 in range(0, W, bw):
+                        kept = []
+                        for e in range(cover_steps(bt, bh, rows)):
+                            step = []
+                            for q in (2 * e, 2 * e + 1):
+                                frame, row, along_t = cover_box(bt, bh, q)
+                                for down in range(bh // 2):
+                                    f, r = (frame + down, row) if along_t else (frame, row + down)
+                                    step += [(f, r, w) for w in range(bw) if f < bt and r < rows]
+                            if hopper_loop._cover_step_whole(bt, bh, rows, e):
+                                assert len(step) == bh * bw, (bt, bh, rows, e)
+                            kept += [(f, r, w) for f, r, w in step if t0 + f < T and w0 + w < W]
+                        real = [(f, r, w) for f in range(min(bt, T - t0)) for r in range(rows)
+                                for w in range(min(bw, W - w0))]
+                        assert sorted(kept) == real, (bt, bh, rows, t0, w0)
 
 
 def test_never_under_the_interpreter():
