@@ -113,11 +113,12 @@ def peak_extra_mb(fn):
     return peak / 2**20
 
 
-def ran_precision(precision, config=None):
-    """What a precision runs as (``auto`` resolved for this GPU or the forced row), with why."""
+def ran_precision(precision, config, method):
+    """What a ``method`` ("sol" or "psa") call in ``precision`` runs as (``auto`` resolved for
+    the launch row ``config``, or this GPU's when None), with why."""
     from kernels.engine.precision import resolve_precision
 
-    return resolve_precision(precision, config or kernels.config_for_device("cuda"))
+    return resolve_precision(precision, config or kernels.config_for_device("cuda"), method)
 
 
 def check_sol(results):
@@ -138,7 +139,8 @@ def check_sol(results):
         kw = dict(beta=beta, estimator=est, sinks=sinks, grid=grid, return_stats=True)
         poison_allocator(q.numel() * q.element_size())
         out, st = kernels.sol_attention(q, k, v, precision=precision, **kw)
-        ref, rst = kernels.sol_attention_reference(q, k, v, precision=ran_precision(precision).precision, **kw)
+        ran = ran_precision(precision, None, "sol").precision
+        ref, rst = kernels.sol_attention_reference(q, k, v, precision=ran, **kw)
         entry = dict(method="sol", precision=precision, shape=[B, L, H, D], grid=grid, dtype=str(dtype), beta=beta,
                      estimator=est, sinks=sinks, rel_l2_vs_reference=rel_l2(out, ref),
                      all_finite=bool(torch.isfinite(out).all()),
@@ -240,7 +242,7 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 n_keep = max(64, int(round(density * L)))
                 t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
                 row = dict(L=L, inputs=kind, grid=g, tile=list(layout.tile), tiling=tiling, loop=loop,
-                           precision=precision, precision_ran=ran_precision(precision, cfg).describe(),
+                           precision=precision, precision_ran=ran_precision(precision, cfg, "sol").describe(),
                            blocks=layout.n_blocks,
                            padding=layout.n_slots / L - 1, heads=H, head_dim=D, target_density=rho, beta=beta,
                            density=density, cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,
@@ -334,20 +336,20 @@ def bench_arch_configs(results, H, D, rep_ms, archs):
     small = [x[:, :, :2] for x in (q, k, v)]
     for cap, precision in itertools.product(archs, PRECISIONS):
         config = ARCHITECTURES[cap]
-        ran = ran_precision(precision, config)
         row = dict(arch=f"sm_{cap[0]}{cap[1]}", config=config.describe(), precision=precision,
-                   precision_ran=ran.describe(), L=L, grid=grid, cudnn_ms=t_dense)
+                   precision_ran={m: ran_precision(precision, config, m).describe() for m in ("sol", "psa")}, L=L,
+                   grid=grid, cudnn_ms=t_dense)
         kw = dict(config=config, precision=precision)
         try:
             p2 = params[0.15][0][:2]
             poison_allocator(small[0].numel() * 2)
             out = kernels.psa_attention(*small, grid=grid, params=p2, tile=tile, **kw)
             row["psa_rel_l2_vs_reference"] = rel_l2(out, kernels.psa_attention_reference(
-                *small, grid=grid, params=p2, tile=tile, precision=ran.precision))
+                *small, grid=grid, params=p2, tile=tile, precision=ran_precision(precision, config, "psa").precision))
             poison_allocator(small[0].numel() * 2)
             out = kernels.sol_attention(*small, beta=1.04, grid=grid, **kw)
             row["sol_rel_l2_vs_reference"] = rel_l2(out, kernels.sol_attention_reference(
-                *small, beta=1.04, grid=grid, precision=ran.precision))
+                *small, beta=1.04, grid=grid, precision=ran_precision(precision, config, "sol").precision))
             for rho, (p, dens) in params.items():
                 def psa():
                     return kernels.psa_attention(q, k, v, grid=grid, params=p, tile=tile, **kw)
@@ -412,7 +414,7 @@ def check_psa(results):
         kw = dict(grid=grid, params=params, tile=tile, extra_tokens=extra)
         poison_allocator(q.numel() * q.element_size())
         out = kernels.psa_attention(q, k, v, precision=precision, **kw)
-        ref = kernels.psa_attention_reference(q, k, v, precision=ran_precision(precision).precision, **kw)
+        ref = kernels.psa_attention_reference(q, k, v, precision=ran_precision(precision, None, "psa").precision, **kw)
         entry = dict(method="psa", precision=precision, grid=grid, tile=tile, extra_tokens=extra, shape=[B, L, H, D],
                      dtype=str(dtype), rel_l2_vs_reference=rel_l2(out, ref), all_finite=bool(torch.isfinite(out).all()))
         entry["ok"] = entry["all_finite"] and entry["rel_l2_vs_reference"] < 2e-2
@@ -462,7 +464,7 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default
             n_keep = max(64, int(round(dens * L)))
             t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
             row = dict(shape=name, loop=loop, precision=precision,
-                       precision_ran=ran_precision(precision, LOOPS[loop]).describe(), grid=grid, tile=tile, L=L,
+                       precision_ran=ran_precision(precision, LOOPS[loop], "psa").describe(), grid=grid, tile=tile, L=L,
                        heads=H, head_dim=D, target_density=rho, rel_l2_vs_cudnn=err,
                        density=dens, cudnn_ms=t_dense, psa_ms=t_psa, speedup=t_dense / t_psa,
                        ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal, share_of_ideal=t_ideal / t_psa,

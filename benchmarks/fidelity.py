@@ -17,6 +17,8 @@ exact float32 attention computed in chunks of query rows (TF32 off).
 CPU:  python benchmarks/fidelity.py --small
 GPU:  python benchmarks/fidelity.py --device cuda   (21×45×80 = 75,600 tokens, 40 heads, d = 128, bf16)
       python benchmarks/fidelity.py --device cuda --precisions bf16,int8 --tilings auto
+      python benchmarks/fidelity.py --device cuda --precisions bf16,int8 --tilings auto \
+          --psa-preset mask_presets/wan2.1_14b_720p_81f.json    # PSA too, one layer of the preset
 """
 from __future__ import annotations
 
@@ -145,6 +147,39 @@ def study(q, k, v, kinds, dense, grid, tilings, densities, precisions=("bf16",))
     return rows
 
 
+def psa_study(q, k, v, kinds, dense, grid, preset_path, layer, precisions):
+    """PSA with one layer of a shipped preset (its masks, grid and tile; the preset's first
+    step bucket), once per precision of the exact blocks' QKᵀ, against the same dense output."""
+    preset = kernels.load_preset(preset_path)
+    if tuple(preset.grid) != tuple(grid):
+        raise SystemExit(f"--psa-preset {preset_path}: its grid {list(preset.grid)} is not --grid {list(grid)}")
+    heads = q.shape[2]
+    if preset.num_heads < heads:
+        raise SystemExit(f"--psa-preset {preset_path}: {preset.num_heads} heads, the workload has {heads}")
+    params = preset.params_for(layer)[:heads]
+    density = kernels.psa_block_mask(tuple(grid), params, tuple(preset.tile)).float().mean().item()
+    rows = []
+    for precision in precisions:
+        kw = dict(grid=tuple(grid), params=params, tile=tuple(preset.tile), precision=precision)
+        t0 = time.time()
+        if q.device.type == "cuda":
+            out = kernels.psa_attention(q, k, v, **kw)
+            torch.cuda.synchronize()
+            impl = "kernels.psa_attention (Triton)"
+        else:
+            out = kernels.psa_attention_reference(q, k, v, **kw)
+            impl = "kernels.psa_attention_reference (float32)"
+        rec = {"preset": os.path.basename(preset_path), "layer": layer, "tile": list(preset.tile),
+               "density": density, "precision": precision,
+               "psa": dict(aggregate(head_errors(out, dense), kinds), impl=impl, seconds=time.time() - t0)}
+        del out
+        rows.append(rec)
+        w = rec["psa"]["overall"]
+        print(f"     psa {precision} {rec['preset']} layer {layer} density {density:.3f}: "
+              f"rel-L2 {w['rel_l2']:.4f} cos {w['mean_cos']:.4f}", flush=True)
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--small", action="store_true",
@@ -159,6 +194,10 @@ def main(argv=None):
     ap.add_argument("--tilings", default=",".join(TILINGS), help="block shapes, comma separated")
     ap.add_argument("--precisions", default="bf16",
                     help=f"precisions of the exact blocks, comma separated: {', '.join(PRECISIONS)} (default bf16)")
+    ap.add_argument("--psa-preset", default=None,
+                    help="also run PSA with this preset file's masks (its grid must be --grid), e.g. "
+                         "mask_presets/wan2.1_14b_720p_81f.json")
+    ap.add_argument("--psa-layer", type=int, default=0, help="the preset layer whose masks PSA runs (default 0)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     precisions = [x for x in args.precisions.split(",") if x]
@@ -196,6 +235,8 @@ def main(argv=None):
         "rows": study(q, k, v, kinds, dense, args.grid, [t for t in args.tilings.split(",") if t], args.densities,
                       precisions),
     }
+    if args.psa_preset:
+        res["psa"] = psa_study(q, k, v, kinds, dense, args.grid, args.psa_preset, args.psa_layer, precisions)
     res["head_gains"] = workload_info(kinds, args.seed, args.head_dim)
     res["total_seconds"] = time.time() - t_start
     out = args.out or os.path.join(

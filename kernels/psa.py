@@ -39,7 +39,7 @@ def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, co
     scale = resolve_scale(scale, D)
     q, k, v = (unit_stride_last_dim(t) for t in (q, k, v))
     config = config or config_for_device(q.device)
-    precision = resolve_precision(precision, config).precision
+    precision = resolve_precision(precision, config, "psa").precision
     mask = psa_kernel_mask(grid, params, tile, extra, q.device)
     if precision != "int8":
         return block_sparse_attention(q, k, v, mask, scale=scale, config=config, precision=precision)

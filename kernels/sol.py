@@ -47,7 +47,7 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     B, L, H, D = q.shape
     out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     config = config or config_for_device(q.device)
-    precision = resolve_precision(precision, config).precision
+    precision = resolve_precision(precision, config, "sol").precision
     int8 = precision == "int8"
     pooling, routing = routing_bytes_per_head(layout, D, q.element_size(), key_mean=int8)
     work = work_bytes_per_head(q, k, v, layout, pooled=True, config=config, precision=precision)

@@ -24,6 +24,7 @@ class KernelMethod:
     """A method that answers a video self-attention call with a kernel (or dense, by the
     policy): the shared flow of :meth:`attend`, the method's :meth:`plan` and :meth:`run`."""
     name = ""
+    kernel_method = ""   # the library's name of the method (kernels.precision_for_device)
     runs_sparse = True   # a run without a sparse call is worth a warning
 
     def __init__(self, config, preset=None):
@@ -68,7 +69,7 @@ class KernelMethod:
             why = "auto on backend reference" if self.config.precision == "auto" else "asked for"
             reference = ops.precision_for("reference", self.config.precision)
             return f"{reference} ({why}: the float32 reference of that path)"
-        return kernels.precision_for_device(self.config.precision, device).describe()
+        return kernels.precision_for_device(self.config.precision, device, self.kernel_method).describe()
 
     def run(self, q4, k4, v4, plan: Plan):
         """The kernel on (B, L, H, D) q/k/v whose video tokens come first: ``(out, density)``."""
@@ -117,6 +118,7 @@ class DenseMethod(KernelMethod):
 class SolAttn(KernelMethod):
     """``sol_attn``: dynamic block routing per query block, at β (``effective_beta``)."""
     name = "sol_attn"
+    kernel_method = "sol"
 
     def __init__(self, config, preset=None):
         super().__init__(config, preset)
@@ -167,6 +169,7 @@ class SolAttn(KernelMethod):
 class PSA(KernelMethod):
     """``psa``: the preset's static per-head stripe masks."""
     name = "psa"
+    kernel_method = "psa"
 
     def __init__(self, config, preset=None):
         super().__init__(config, preset)

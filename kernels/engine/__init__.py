@@ -123,13 +123,14 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
     stride) for heads ``head_base .. head_base + mask.num_heads``; writes and returns ``out``
     (allocated (B, L, H, D) when None). ``config``: the architecture's launch configuration
     (``launch_config``; default: the device's). ``precision``: of the exact blocks' QKᵀ,
-    "auto" (``precision.AUTO_PRECISION``'s row of ``config``), "bf16" (the input dtype) or
+    "auto" (``precision.AUTO_PRECISION``'s row of ``config``: Sol's with ``pooled``, else PSA's),
+    "bf16" (the input dtype) or
     "int8" (``quantize``: the keys of these heads are quantized here, smoothed by
     ``key_mean`` (B, Hg, D) float32 when the caller has it, else by ``quantize.key_means``;
     the portable kernel runs the call)."""
     lay = mask.layout
     config = config or config_for_device(q.device)
-    precision = resolve_precision(precision, config).precision
+    precision = resolve_precision(precision, config, "psa" if pooled is None else "sol").precision
     if out is None:
         out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None

@@ -1,4 +1,4 @@
-"""The precision of the exact blocks' QKᵀ, and what ``auto`` picks on each architecture.
+"""The precision of the exact blocks' QKᵀ, and what ``auto`` picks per architecture and method.
 
 - ``"bf16"``: q and k enter the exact blocks' QKᵀ in the input dtype (bfloat16 or float16),
   as the kernels always ran;
@@ -8,13 +8,21 @@
   on every architecture: on a launch row whose loop is the warp-specialised Hopper loop
   (sm_90) that loop has no int8 path, and the portable kernel (TMA boxes) takes the call;
 - ``"auto"``: the row of :data:`AUTO_PRECISION` for the GPU's architecture (the launch row's
-  capability, ``launch_config.row_capability``), logged once per architecture.
+  capability, ``launch_config.row_capability``) and the method (``"sol"``: a mask with Sol's
+  pooled term; ``"psa"``: a static mask), logged once per architecture and method.
 
 ``"fp8"`` has no kernel path yet: it is refused by name, never run as something else.
-Nothing of the int8 path has been timed or measured for error on a GPU, so ``auto`` picks
-``"bf16"`` on every architecture; a row changes when a measurement of that architecture (or
-of its launch row forced on another GPU) puts int8 on the speed/error front, and its reason
-then names the file of ``benchmarks/results/`` that shows it.
+
+``AUTO_PRECISION`` is measured, not assumed. Each launch row was forced on an H100
+(``benchmarks/bench_kernels.py --precisions bf16,int8 --archs ...``; the Hopper row with
+``--loops ws,tma``), both precisions timed in one process on the Wan 720p grid (75,600
+tokens, 40 heads, d 128), and the error each adds measured on the video-like workload
+(``benchmarks/fidelity.py --precisions bf16,int8 --psa-preset ...``): int8 adds 0.0002-0.0005
+rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and to PSA's 0.29-0.33 with the Wan 720p preset,
+inside the bound ``auto`` keeps (0.002 absolute, 25 % relative). So only speed decides:
+int8 is picked where it ran faster, and a row never forced stays bf16. The results files
+(``benchmarks/results/int8_arch_rows_h100.json``, ``int8_loops_h100.json``,
+``fidelity_int8_h100.json``, ``fidelity_psa_int8_h100_layer*.json``) hold the commands.
 """
 from __future__ import annotations
 
@@ -27,11 +35,12 @@ from .launch_config import ARCHITECTURES, LaunchConfig, config_for_device, row_c
 
 log = logging.getLogger("sparse_video_attention.kernels")
 
-__all__ = ["PRECISIONS", "KERNEL_PRECISIONS", "AUTO_PRECISION", "PrecisionChoice", "check_precision",
+__all__ = ["PRECISIONS", "KERNEL_PRECISIONS", "METHODS", "AUTO_PRECISION", "PrecisionChoice", "check_precision",
            "resolve_precision", "precision_for_device"]
 
 PRECISIONS = ("auto", "bf16", "int8")   # what a kernel call may name
 KERNEL_PRECISIONS = ("bf16", "int8")    # what runs (and what a reference takes)
+METHODS = ("sol", "psa")                # the rows of a capability in AUTO_PRECISION
 NOT_YET = {"fp8": "'fp8' has no kernel path yet"}
 
 
@@ -46,10 +55,35 @@ class PrecisionChoice:
         return f"{self.precision} ({self.reason})"
 
 
-_NOT_MEASURED = "auto: int8 not yet measured on this architecture"
+def _bf16(why: str) -> PrecisionChoice:
+    return PrecisionChoice("bf16", f"auto: {why}")
 
-# capability -> auto's choice, one row per launch row of launch_config.ARCHITECTURES.
-AUTO_PRECISION = {cap: PrecisionChoice("bf16", _NOT_MEASURED) for cap in ARCHITECTURES}
+
+_NOT_FORCED = _bf16("int8 not measured on this launch row")
+
+
+def _pointer_loop_64(psa_gains: str, where: str) -> dict:
+    """The 64-row pointer loop's choices (sm_86, sm_89 and sm_120 make the same launch):
+    ``psa_gains`` PSA's int8 speed-ups over bf16 at density 0.15 / 0.40, ``where`` the forced row."""
+    return {"sol": _bf16(f"int8 ran 1.21x / 1.20x slower than bf16 at density 0.10 / 0.15 ({where})"),
+            "psa": PrecisionChoice("int8", f"auto: int8 ran {psa_gains} faster than bf16 at density 0.15 / 0.40, "
+                                           f"adding 0.0003 rel-L2 ({where})")}
+
+
+# capability -> method -> auto's choice, one entry per launch row of launch_config.ARCHITECTURES.
+AUTO_PRECISION = {
+    (8, 0): {"sol": _bf16("int8 ran 1.42x / 1.40x slower than bf16 at density 0.10 / 0.15 (sm_80 row forced on an "
+                          "H100)"),
+             "psa": _bf16("int8 ran 1.25x / 1.19x slower than bf16 at density 0.15 / 0.40 (sm_80 row forced on an "
+                          "H100)")},
+    (8, 6): _pointer_loop_64("1.07x / 1.14x", "the sm_89 row, the same launch, forced on an H100"),
+    (8, 9): _pointer_loop_64("1.07x / 1.14x", "sm_89 row forced on an H100"),
+    (9, 0): {"sol": _bf16("the Hopper loop in bf16 ran 1.09x / 1.09x faster than int8 at density 0.10 / 0.15 (H100)"),
+             "psa": _bf16("the Hopper loop in bf16 ran 1.14x / 1.09x faster than int8 at density 0.15 / 0.40 "
+                          "(H100)")},
+    (10, 0): {method: _NOT_FORCED for method in METHODS},
+    (12, 0): _pointer_loop_64("1.07x / 1.13x", "sm_120 row forced on an H100"),
+}
 
 
 def check_precision(value, name: str = "precision", choices=PRECISIONS) -> str:
@@ -63,28 +97,37 @@ def check_precision(value, name: str = "precision", choices=PRECISIONS) -> str:
     raise ValueError(f"{name}: expected one of {listed}, got {shown(value)}")
 
 
-@functools.lru_cache(maxsize=16)
-def _logged_auto(capability: tuple) -> PrecisionChoice:
+def check_method(method) -> str:
+    if method not in METHODS:
+        raise ValueError(f"method: expected one of {', '.join(repr(m) for m in METHODS)}, got {shown(method)}")
+    return method
+
+
+@functools.lru_cache(maxsize=32)
+def _logged_auto(capability: tuple, method: str) -> PrecisionChoice:
     row = row_capability(capability)
-    choice = AUTO_PRECISION[row]
-    log.info("[sparse-video-attention] precision auto on sm_%d%d (the sm_%d%d row): %s", *capability, *row,
-             choice.describe())
+    choice = AUTO_PRECISION[row][method]
+    log.info("[sparse-video-attention] precision auto for %s on sm_%d%d (the sm_%d%d row): %s", method, *capability,
+             *row, choice.describe())
     return choice
 
 
-def resolve_precision(precision, config: LaunchConfig) -> PrecisionChoice:
-    """What a call asking for ``precision`` runs with the launch row ``config``: ``auto``'s
-    row (logged once per architecture) or the precision asked for; the reason says when the
-    portable kernel takes an int8 call from the warp-specialised Hopper loop."""
+def resolve_precision(precision, config: LaunchConfig, method: str) -> PrecisionChoice:
+    """What a ``method`` call ("sol" or "psa") asking for ``precision`` runs with the launch
+    row ``config``: ``auto``'s row (logged once per architecture and method) or the precision
+    asked for; the reason says when the portable kernel takes an int8 call from the
+    warp-specialised Hopper loop."""
     precision = check_precision(precision)
-    choice = _logged_auto(tuple(config.capability)) if precision == "auto" else PrecisionChoice(precision, "asked for")
+    method = check_method(method)
+    choice = (_logged_auto(tuple(config.capability), method) if precision == "auto"
+              else PrecisionChoice(precision, "asked for"))
     if choice.precision == "int8" and config.warp_specialized:
         choice = PrecisionChoice("int8", f"{choice.reason}; the portable kernel runs these calls: the "
                                          "warp-specialised Hopper loop has no int8 path")
     return choice
 
 
-def precision_for_device(precision, device) -> PrecisionChoice:
-    """What a kernel call asking for ``precision`` runs on ``device`` (its launch row's
-    choice for ``auto``), and why: for the run summary of the ComfyUI nodes."""
-    return resolve_precision(precision, config_for_device(device))
+def precision_for_device(precision, device, method: str) -> PrecisionChoice:
+    """What a ``method`` kernel call asking for ``precision`` runs on ``device`` (its launch
+    row's choice for ``auto``), and why: for the run summary of the ComfyUI nodes."""
+    return resolve_precision(precision, config_for_device(device), method)

@@ -388,9 +388,10 @@ def test_precision_is_checked_by_name(call):
 
 
 def test_auto_picks_the_table_row_and_logs_it_once(caplog):
-    """``auto`` is the AUTO_PRECISION row of the launch row's architecture (bf16 on every
-    architecture until int8 is measured there), logged once per architecture; a row naming
-    int8 on the Hopper-loop row says the portable kernel runs those calls."""
+    """``auto`` is the AUTO_PRECISION row of the launch row's architecture and the method
+    (int8 only where it was measured faster: PSA on the 64-row pointer loop), logged once per
+    architecture and method, with the reason; a row never forced stays bf16; an int8 call on
+    the Hopper-loop row says the portable kernel runs it; an unknown method is refused."""
     import dataclasses
     import logging
 
@@ -398,19 +399,28 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
 
     prec._logged_auto.cache_clear()
     assert set(prec.AUTO_PRECISION) == set(ARCHITECTURES)
-    assert {c.precision for c in prec.AUTO_PRECISION.values()} == {"bf16"}
+    assert all(set(row) == {"sol", "psa"} for row in prec.AUTO_PRECISION.values())
+    picked = {(cap, m) for cap, row in prec.AUTO_PRECISION.items() for m, c in row.items() if c.precision == "int8"}
+    assert picked == {((8, 6), "psa"), ((8, 9), "psa"), ((12, 0), "psa")}
+    assert all("faster" in prec.AUTO_PRECISION[cap][m].reason and "rel-L2" in prec.AUTO_PRECISION[cap][m].reason
+               for cap, m in picked)
     with caplog.at_level(logging.INFO, logger="sparse_video_attention.kernels"):
         for _ in range(3):
-            choice = prec.resolve_precision("auto", ARCHITECTURES[(8, 9)])
-        prec.resolve_precision("auto", dataclasses.replace(ARCHITECTURES[(8, 6)], capability=(8, 7)))
+            choice = prec.resolve_precision("auto", ARCHITECTURES[(8, 9)], "psa")
+        sol = prec.resolve_precision("auto", ARCHITECTURES[(8, 9)], "sol")
+        prec.resolve_precision("auto", dataclasses.replace(ARCHITECTURES[(8, 6)], capability=(8, 7)), "psa")
     lines = [r.getMessage() for r in caplog.records if "precision auto" in r.getMessage()]
-    assert lines == ["[sparse-video-attention] precision auto on sm_89 (the sm_89 row): bf16 (auto: int8 not yet "
-                     "measured on this architecture)",
-                     "[sparse-video-attention] precision auto on sm_87 (the sm_86 row): bf16 (auto: int8 not yet "
-                     "measured on this architecture)"]
-    assert choice.describe() == "bf16 (auto: int8 not yet measured on this architecture)"
-    assert prec.resolve_precision("int8", POINTER_LOOP).describe() == "int8 (asked for)"
-    assert "the portable kernel runs these calls" in prec.resolve_precision("int8", TMA_BOXES).reason
+    assert lines == [f"[sparse-video-attention] precision auto for psa on sm_89 (the sm_89 row): {choice.describe()}",
+                     f"[sparse-video-attention] precision auto for sol on sm_89 (the sm_89 row): {sol.describe()}",
+                     "[sparse-video-attention] precision auto for psa on sm_87 (the sm_86 row): "
+                     f"{prec.AUTO_PRECISION[(8, 6)]['psa'].describe()}"]
+    assert choice.precision == "int8" and sol.precision == "bf16" and "slower" in sol.reason
+    assert prec.resolve_precision("auto", ARCHITECTURES[(10, 0)], "sol").describe() == \
+        "bf16 (auto: int8 not measured on this launch row)"
+    assert prec.resolve_precision("int8", POINTER_LOOP, "sol").describe() == "int8 (asked for)"
+    assert "the portable kernel runs these calls" in prec.resolve_precision("int8", TMA_BOXES, "psa").reason
+    with pytest.raises(ValueError, match="^method: expected one of 'sol', 'psa', got 'sol_attn'"):
+        prec.resolve_precision("auto", POINTER_LOOP, "sol_attn")
     # the public form, for a device (the interpreter's is the Hopper row)
-    assert kernels.precision_for_device("int8", "cpu") == prec.resolve_precision("int8", TMA_BOXES)
+    assert kernels.precision_for_device("int8", "cpu", "psa") == prec.resolve_precision("int8", TMA_BOXES, "psa")
     assert kernels.check_precision("int8") == "int8" and kernels.PRECISIONS == ("auto", "bf16", "int8")

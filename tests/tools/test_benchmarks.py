@@ -98,6 +98,36 @@ def test_fidelity_rows_per_precision_share_their_beta(tmp_path, capsys):
     assert "--precisions: unknown fp8" in usage_error(fidelity.main, tmp_path, capsys, "--precisions", "fp8")
 
 
+def test_fidelity_psa_rows_per_precision_with_a_preset(tmp_path, capsys):
+    """--psa-preset: PSA with one layer of a preset file, one row per precision, against the
+    same dense output; a preset for another grid is refused by name."""
+    import dataclasses
+
+    import kernels
+    from benchmarks import fidelity
+
+    shipped = kernels.load_preset(os.path.join(REPO, "mask_presets", "wan2.1_14b_720p_81f.json"))
+    params = torch.tensor([[2, 0, 0, 2, 0, 1], [1, 1, 1, 1, 0, 0]]).repeat(1, 2, 1, 1)  # (bucket, layers, heads, 6)
+    small = dataclasses.replace(shipped, grid=(2, 16, 16), tile=(1, 8, 8), params=params,
+                                stats={"sparsity": 0.5, "mean_loss": 0.0, "layer_sparsity": [0.5, 0.5]},
+                                fingerprint={**shipped.fingerprint, "layers": 2, "heads": 2})
+    preset = tmp_path / "small.json"
+    kernels.save_preset(small, preset)
+    out = tmp_path / "fidelity.json"
+    fidelity.main(["--grid", "2", "16", "16", "--heads", "2", "--head-dim", "32", "--device", "cpu", "--dtype",
+                   "float32", "--densities", "0.25", "--tilings", "auto", "--precisions", "bf16,int8",
+                   "--psa-preset", str(preset), "--psa-layer", "1", "--out", str(out)])
+    bf16, int8 = json.loads(out.read_text())["psa"]
+    assert (bf16["precision"], int8["precision"], bf16["layer"]) == ("bf16", "int8", 1)
+    a, b = bf16["psa"]["overall"], int8["psa"]["overall"]
+    assert 0 < a["rel_l2"] < 1 and a["rel_l2"] != b["rel_l2"] and abs(a["rel_l2"] - b["rel_l2"]) < 0.05
+    assert 0 < bf16["density"] < 1
+    with pytest.raises(SystemExit, match="is not --grid"):
+        fidelity.main(["--grid", "2", "16", "24", "--heads", "2", "--head-dim", "32", "--device", "cpu",
+                       "--dtype", "float32", "--densities", "0.25", "--tilings", "auto",
+                       "--psa-preset", str(preset), "--out", str(out)])
+
+
 # ---------------------------------------------------------------- search_bench.py under torchrun
 
 SEARCH_TINY = ["--layers", "3", "--heads", "4", "--head-dim", "16", "--grid", "4", "6", "8", "--tile", "2", "4", "4",
