@@ -62,6 +62,14 @@ RECOMMENDED = (
                  "`…_edge_cover*.json`)",
         workflows=("wan2.1_t2v_14B_720p_psa.json",)),
     Recommendation(
+        models="Wan 2.1 14B / 2.2 A14B with a distilled 4–8 step LoRA (e.g. lightx2v), 720p", method="sol_attn",
+        settings={"target_sparsity": 0.85, "warmup": 0.2, "dense_blocks": "0"},
+        remark="warmup counts whole steps, halves up: 0.2 keeps the first step dense at 4–7 steps, "
+               "the first 2 at 8; final_dense stays 0",
+        measured="Wan2.1-14B forward 2.14× at 0.85 (2.39× at 0.90), CFG batch 2; 4 steps with the first dense "
+                 "(or 8 with 2), computed from those forward times like the 50-step column: 1.67× (1.77×) "
+                 "(`e2e_comfyui_h200_wan_routing_kernels.json`); not measured with a LoRA or at cfg 1"),
+    Recommendation(
         models="Wan 2.2 TI2V 5B (t2v, ti2v), 1280×704", method="sol_attn",
         settings={"target_sparsity": (0.85, 0.90), "warmup": 0.2, "dense_blocks": "0"},
         measured="H100: Wan2.2-TI2V-5B forward 1.57× (0.85) / 1.65× (0.90) (self-attention is half of it; "
