@@ -44,7 +44,7 @@ every measurement, so a run stopped at a time limit keeps what it measured.
 2.2 TI2V 5B, 1280x704, 121 frames); e2e_harness.FULL holds their sizes.
 
 ``--tiny`` runs the same code path on the CPU with tiny configurations (float32, the float
-reference backend): tests/tools/test_benchmarks.py. On the H200: benchmarks/e2e_run.sh, whose
+reference backend): tests/tools/test_benchmarks.py. On a GPU: benchmarks/e2e_run.sh, whose
 header has the command of each model.
 """
 from __future__ import annotations

@@ -283,9 +283,16 @@ def build_model(spec: ModelSpec, device: torch.device, dtype: torch.dtype, seed:
     del sd
     dm = model.diffusion_model
     n_params = sum(p.numel() for p in dm.parameters())
-    bad = [n for n, p in dm.named_parameters() if p.device.type != device.type]
-    if bad:
-        raise RuntimeError(f"{len(bad)} parameters not on {device} after get_model, e.g. {bad[:3]}")
+    # A layer the model makes with plain torch.nn rather than ComfyUI's operations (HunyuanVideo
+    # 1.5's cond_type_embedding) is built on the CPU; ComfyUI's ModelPatcher.load moves it when
+    # it loads the model, so do the same, keeping its dtype, and say which were moved.
+    stragglers = [n for n, p in dm.named_parameters() if p.device.type != device.type]
+    for name in stragglers:
+        owner, _, leaf = name.rpartition(".")
+        module = dm.get_submodule(owner)
+        setattr(module, leaf, torch.nn.Parameter(getattr(module, leaf).to(device), requires_grad=False))
+    if stragglers:
+        print(f"   moved to {device} as ModelPatcher.load would: {stragglers}", flush=True)
     _init_weights_(dm, seed, device)
     patcher = comfy.model_patcher.ModelPatcher(model, load_device=device, offload_device=device)
     if device.type == "cuda":
@@ -297,6 +304,7 @@ def build_model(spec: ModelSpec, device: torch.device, dtype: torch.dtype, seed:
                                                        if isinstance(v, (int, float, str, bool, list, tuple))},
         parameters=int(n_params), dtype=str(dtype).replace("torch.", ""),
         manual_cast_dtype=None if manual_cast is None else str(manual_cast),
+        moved_to_device=stragglers,
         weight_bytes=int(sum(p.numel() * p.element_size() for p in dm.parameters())),
         build_s=time.perf_counter() - t0)
     if device.type == "cuda":

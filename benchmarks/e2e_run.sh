@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# End-to-end ComfyUI benchmark on the H200 (benchmarks/e2e_comfyui.py): the device image has
+# End-to-end ComfyUI benchmark on one GPU (benchmarks/e2e_comfyui.py): the device image has
 # torch 2.11 + Triton 3.6 on python 3.12 but not ComfyUI or some of its pure-Python needs, so
 # they travel as wheels (benchmarks/e2e_wheels.txt, about 44 MB).
 #
@@ -20,13 +20,16 @@
 #      bash benchmarks/e2e_run.sh --models wan22_5b --methods dense,stub,sol85,sol90,psa60
 #                                                     # Wan 2.2 TI2V 5B, 1280x704 121 frames
 #
-#    (the last two not run yet: their speed-ups are not measured; psa60 uses the shipped
-#    hunyuan_video1.5_720p_121f / wan2.2_ti2v_5b_720p_121f preset, which fits these grids)
+#    (the first three ran on an H200, the last two on an H100: BENCHMARKS.md; psa60 uses the
+#    model's shipped preset, for the last two hunyuan_video1.5_720p_121f and
+#    wan2.2_ti2v_5b_720p_121f, which fit these grids)
 #
 #    Any other e2e_comfyui.py flag passes through (--methods, --reps, --dense-blocks, ...).
-#    Results go to $OUT (else out/, git-ignored): e2e_comfyui_h200_<models>.json and .log;
-#    the JSON is rewritten after every measurement, so a run cut at its time limit keeps
-#    what it measured. A JSON that backs a figure of BENCHMARKS.md goes to benchmarks/results/.
+#    Results go to $OUT (else out/, git-ignored): e2e_comfyui_<gpu>_<models>.json and .log,
+#    <gpu> being h200 or h100 from the name nvidia-smi gives the first GPU, else "other" (the
+#    JSON's device field has the full name); the JSON is rewritten after every measurement, so
+#    a run cut at its time limit keeps what it measured. A JSON that backs a figure of
+#    BENCHMARKS.md goes to benchmarks/results/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -63,8 +66,23 @@ tag=${tag//,/-}
 dest=${OUT:-out}
 mkdir -p "$dest"
 
+# The GPU in the file names: h200 or h100 when the first GPU's name says so as a word
+# ("NVIDIA H200", "NVIDIA H100 80GB HBM3"), else other.
+gpu_tag() {
+  local name
+  name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+  if [[ $name =~ (^|[^[:alnum:]])H200([^[:alnum:]]|$) ]]; then
+    echo h200
+  elif [[ $name =~ (^|[^[:alnum:]])H100([^[:alnum:]]|$) ]]; then
+    echo h100
+  else
+    echo other
+  fi
+}
+gpu=$(gpu_tag)
+
 nvidia-smi --query-gpu=name,memory.used,memory.total,driver_version --format=csv,noheader || true
 export E2E_LAUNCHER="bash benchmarks/e2e_run.sh $*"
-python3 benchmarks/e2e_comfyui.py --out "$dest/e2e_comfyui_h200_$tag.json" "$@" 2>&1 \
-  | tee "$dest/e2e_comfyui_h200_$tag.log"
+python3 benchmarks/e2e_comfyui.py --out "$dest/e2e_comfyui_${gpu}_$tag.json" "$@" 2>&1 \
+  | tee "$dest/e2e_comfyui_${gpu}_$tag.log"
 exit "${PIPESTATUS[0]}"

@@ -176,7 +176,7 @@ def test_warmup_final_and_dense_block_boundaries(pack, wan):
     assert s["dense_calls"]["dense_block"] == 7 * 2
 
 
-@pytest.mark.parametrize("steps, warmup_steps, final_steps", [(4, 1, 1), (6, 1, 2), (8, 2, 2)])
+@pytest.mark.parametrize("steps, warmup_steps, final_steps", [(4, 1, 1), (5, 1, 1), (6, 1, 2), (7, 1, 2), (8, 2, 2)])
 def test_few_step_schedules_round_to_whole_steps(pack, wan, steps, warmup_steps, final_steps):
     """Distilled 4-8 step schedules: warmup 0.2 and final_dense 0.25 are whole steps, the
     fraction of the schedule rounded half up (node tooltip, README)."""

@@ -18,6 +18,7 @@ import importlib.metadata as md
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -357,3 +358,27 @@ def test_e2e_full_specs_are_the_released_models_at_their_template_size(comfyui, 
     preset, where = e2e_comfyui.shipped_preset(kernels, spec)
     assert preset is not None and tuple(preset.grid) == spec.grid(), where
     assert preset.family == spec.family and preset.num_layers == spec.blocks() and preset.num_heads == spec.heads()
+
+
+# ---------------------------------------------------------------- e2e_run.sh
+
+@pytest.mark.parametrize("gpu_name, tag", [("NVIDIA H100 80GB HBM3", "h100"), ("NVIDIA H100 NVL", "h100"),
+                                           ("NVIDIA H200", "h200"), ("NVIDIA GH200 480GB", "other"),
+                                           ("NVIDIA A100-SXM4-80GB", "other"), (None, "other")])
+def test_e2e_run_names_its_files_by_the_gpu(tmp_path, gpu_name, tag):
+    """e2e_run.sh writes e2e_comfyui_<gpu>_<models>.json: h200 or h100 from nvidia-smi's name of
+    the first GPU, else other (also without nvidia-smi). Its gpu_tag function runs here against
+    a stand-in nvidia-smi."""
+    script = (BENCH / "e2e_run.sh").read_text()
+    function = re.search(r"^gpu_tag\(\) \{\n.*?^\}\n", script, re.S | re.M).group(0)
+    assert '--out "$dest/e2e_comfyui_${gpu}_$tag.json"' in script and "e2e_comfyui_h200_" not in script
+    bin_dir = tmp_path / "bin"  # the PATH: head and the stand-in nvidia-smi only
+    bin_dir.mkdir()
+    (bin_dir / "head").symlink_to(shutil.which("head"))
+    if gpu_name is not None:
+        fake = bin_dir / "nvidia-smi"
+        fake.write_text(f"#!/bin/sh\nprintf '%s\\n' '{gpu_name}' 'NVIDIA H200'\n")  # a second GPU is ignored
+        fake.chmod(0o755)
+    r = subprocess.run([shutil.which("bash"), "-c", function + "gpu_tag"], env={"PATH": str(bin_dir)},
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout == tag + "\n", (r.stdout, r.stderr)
