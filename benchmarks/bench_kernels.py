@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import itertools
-import json
 import math
 import os
 import platform
@@ -35,6 +34,7 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
+from benchmarks.results_file import write_results  # noqa: E402
 from kernels.engine import block_sparse_attention  # noqa: E402
 from kernels.engine.launch_config import ARCHITECTURES  # noqa: E402
 from kernels.sol_reference import check_sol_call  # noqa: E402
@@ -47,8 +47,7 @@ PRECISIONS = ("bf16",)  # --precisions: of the exact blocks' QKᵀ, every row ti
 
 def save(results):
     """Write the JSON after every row, so a job stopped at its time limit still leaves data."""
-    with open(OUT_PATH, "w") as f:
-        json.dump(results, f, indent=1)
+    write_results(OUT_PATH, results)
 
 
 def bench_ms(fn, rep_ms):

@@ -8,9 +8,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
-import json
 import math
-import os
 import statistics
 import subprocess
 import sys
@@ -19,6 +17,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import torch
+
+from results_file import write_results  # benchmarks/ is on sys.path (e2e_comfyui.py)
 
 REPO = Path(__file__).resolve().parents[1]
 PACK_NAME = "sparse-video-attention"
@@ -152,10 +152,7 @@ class Results:
 
     def save(self):
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        with open(tmp, "w") as f:
-            json.dump(_jsonable(self.doc), f, indent=1)
-        os.replace(tmp, self.path)
+        write_results(self.path, _jsonable(self.doc))
 
 
 def _jsonable(x):

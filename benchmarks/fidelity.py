@@ -23,7 +23,6 @@ GPU:  python benchmarks/fidelity.py --device cuda   (21×45×80 = 75,600 tokens,
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -35,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.results_file import write_results  # noqa: E402
 from benchmarks.workload import KINDS, default_logit_scale, video_qkv, workload_info  # noqa: E402
 import kernels  # noqa: E402
 
@@ -244,8 +244,7 @@ def main(argv=None):
         "fidelity_tiles_cpu_small.json" if args.small else f"fidelity_tiles_{res['device'].split()[-1].lower()}_{args.dtype}.json",
     )
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(res, f, indent=1)
+    write_results(out, res)
     print(f"wrote {out}  ({res['total_seconds']:.1f} s)")
 
 

@@ -40,6 +40,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from benchmarks.results_file import write_results  # noqa: E402
 from benchmarks.workload import DEFAULT_MIX, video_qkv  # noqa: E402
 from kernels.layout import tile_layout  # noqa: E402
 from kernels.psa_search import candidate_space  # noqa: E402
@@ -94,11 +95,7 @@ def versions():
 
 
 def write_json(path, doc):
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-    os.replace(tmp, path)
+    write_results(path, doc)
 
 
 def target_applies(args, world, cuda):

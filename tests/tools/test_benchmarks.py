@@ -67,6 +67,20 @@ def test_workload_is_deterministic_labelled_and_smooth_over_the_grid():
     assert neighbour > 0.7 and neighbour > far + 0.3
 
 
+# ---------------------------------------------------------------- results_file.py
+
+def test_results_files_read_back_with_one_line_per_row(tmp_path):
+    from benchmarks.results_file import write_results
+
+    doc = {"command": "x", "rows": [{"a": 1, "b": [1, 2]}, {"a": 2, "b": {"c": None}}], "empty": [],
+           "nested": {"rows": [{"k": 1.5}], "n": 3}, "floats": [0.1, 0.2]}
+    path = tmp_path / "r.json"
+    write_results(path, doc)
+    text = path.read_text()
+    assert json.loads(text) == doc and not (tmp_path / "r.json.tmp").exists()
+    assert '  {"a": 1, "b": [1, 2]},\n' in text and '   {"k": 1.5}\n' in text and '"floats": [0.1, 0.2]' in text
+
+
 # ---------------------------------------------------------------- fidelity.py
 
 def test_fidelity_rows_for_every_block_shape_at_the_calibrated_density(tmp_path):
