@@ -559,7 +559,14 @@ def main(argv=None):
     ap.add_argument("--precisions", default="bf16",
                     help=f"precisions of the exact blocks to time every row in, comma separated: "
                          f"{', '.join(kernels.PRECISIONS)} (default bf16)")
+    ap.add_argument("--scratch-share", type=float, default=None,
+                    help="the engine's scratch budget as a share of the output (engine.SCRATCH_SHARE, "
+                         "default 0.04): larger runs a call's heads in fewer, larger groups")
     args = ap.parse_args(argv)
+    if args.scratch_share is not None:
+        if not 0 < args.scratch_share <= 1:
+            ap.error(f"--scratch-share: expected a share in (0, 1], got {args.scratch_share}")
+        kernels.engine.SCRATCH_SHARE = args.scratch_share
     loops = [x for x in args.loops.split(",") if x]
     unknown = sorted(set(loops) - set(LOOPS))
     if unknown or not loops:
@@ -587,7 +594,8 @@ def main(argv=None):
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    comfy_kitchen=kitchen_version() if kitchen is not None else None,
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   python=platform.python_version(), layout=args.layout, precisions=list(PRECISIONS), checks=[],
+                   python=platform.python_version(), layout=args.layout, precisions=list(PRECISIONS),
+                   scratch_share=kernels.engine.SCRATCH_SHARE, checks=[],
                    sol=[], psa=[], arch_configs=[])
     if not args.skip_checks:
         check_sol(results)

@@ -41,6 +41,7 @@ BENCH = REPO / "benchmarks"
     (["--sol-inputs", "video", "--sol-seqs", "75600,4096"], "--sol-inputs video needs a video grid"),
     (["--kitchen"], "--kitchen: comfy_kitchen"),
     (["--precisions", "bf16,fp8"], "--precisions: unknown fp8; choose from auto, bf16, int8"),
+    (["--scratch-share", "0"], "--scratch-share: expected a share in (0, 1], got 0.0"),
 ])
 def test_bench_kernels_refuses_what_it_cannot_run_before_it_needs_a_gpu(tmp_path, capsys, args, message):
     from benchmarks import bench_kernels
