@@ -168,9 +168,13 @@ SOL_SHAPES = {75600: (21, 45, 80), 131072: (32, 64, 64)}
 # Block loops a benchmark can time side by side on Hopper: "default" is the GPU's own row
 # (launch_config), "ws" the warp-specialised loop (hopper_loop), "ws2" the same with rings of
 # at most 2 slots, "tma" the portable kernel with TMA boxes.
+# The block loops a row can time: this GPU's, the Hopper row's variants, and every other
+# architecture's launch row forced here (sm80, sm86, ...: its kernel on this GPU, beside
+# comfy-kitchen with --kitchen).
 LOOPS = {"default": None, "ws": ARCHITECTURES[(9, 0)],
          "ws2": dataclasses.replace(ARCHITECTURES[(9, 0)], num_stages=2),
-         "tma": dataclasses.replace(ARCHITECTURES[(9, 0)], warp_specialized=False)}
+         "tma": dataclasses.replace(ARCHITECTURES[(9, 0)], warp_specialized=False),
+         **{f"sm{major}{minor}": config for (major, minor), config in ARCHITECTURES.items() if (major, minor) != (9, 0)}}
 
 
 def sol_pieces(q, k, v, beta, grid, tile):

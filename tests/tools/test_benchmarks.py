@@ -36,7 +36,7 @@ BENCH = REPO / "benchmarks"
 # ---------------------------------------------------------------- bench_kernels.py
 
 @pytest.mark.parametrize("args, message", [
-    (["--loops", "ws,bogus"], "--loops: unknown bogus; choose from default, ws, ws2, tma"),
+    (["--loops", "ws,bogus"], "--loops: unknown bogus; choose from default, ws, ws2, tma, sm80, sm86, sm89, sm100, sm120"),
     (["--sol-inputs", "noise"], "--sol-inputs: unknown noise; choose from gaussian, video"),
     (["--sol-inputs", "video", "--sol-seqs", "75600,4096"], "--sol-inputs video needs a video grid"),
     (["--kitchen"], "--kitchen: comfy_kitchen"),
