@@ -97,17 +97,20 @@ def blocks_of(tiling: str, grid):
     return {"grid": tuple(grid), "tile": tuple(int(x) for x in tiling.split(":"))}
 
 
-def run_sol(q, k, v, beta, blocks, precision="bf16"):
-    """Sol-Attn output and per-head achieved density (H,): kernel on CUDA, reference elsewhere,
-    the exact blocks in ``precision``."""
-    kw = dict(beta=beta, return_stats=True, precision=precision, **blocks)
+def run_method(method: str, q, k, v, **kw):
+    """``kernels.<method>_attention`` (Triton) on CUDA, its float32 reference elsewhere: its
+    result and which of the two ran."""
     if q.device.type == "cuda":
-        out, st = kernels.sol_attention(q, k, v, **kw)
+        result = getattr(kernels, f"{method}_attention")(q, k, v, **kw)
         torch.cuda.synchronize()
-        impl = "kernels.sol_attention (Triton)"
-    else:
-        out, st = kernels.sol_attention_reference(q, k, v, **kw)
-        impl = "kernels.sol_attention_reference (float32)"
+        return result, f"kernels.{method}_attention (Triton)"
+    return getattr(kernels, f"{method}_attention_reference")(q, k, v, **kw), \
+        f"kernels.{method}_attention_reference (float32)"
+
+
+def run_sol(q, k, v, beta, blocks, precision="bf16"):
+    """Sol-Attn output and per-head achieved density (H,), the exact blocks in ``precision``."""
+    (out, st), impl = run_method("sol", q, k, v, beta=beta, return_stats=True, precision=precision, **blocks)
     return out, st["density"].float().mean(dim=0).cpu(), impl
 
 
@@ -162,13 +165,7 @@ def psa_study(q, k, v, kinds, dense, grid, preset_path, layer, precisions):
     for precision in precisions:
         kw = dict(grid=tuple(grid), params=params, tile=tuple(preset.tile), precision=precision)
         t0 = time.time()
-        if q.device.type == "cuda":
-            out = kernels.psa_attention(q, k, v, **kw)
-            torch.cuda.synchronize()
-            impl = "kernels.psa_attention (Triton)"
-        else:
-            out = kernels.psa_attention_reference(q, k, v, **kw)
-            impl = "kernels.psa_attention_reference (float32)"
+        out, impl = run_method("psa", q, k, v, **kw)
         rec = {"preset": os.path.basename(preset_path), "layer": layer, "tile": list(preset.tile),
                "density": density, "precision": precision,
                "psa": dict(aggregate(head_errors(out, dense), kinds), impl=impl, seconds=time.time() - t0)}
