@@ -140,14 +140,22 @@ def study(q, k, v, kinds, dense, grid, tilings, densities, precisions=("bf16",))
                        "precision": precision}
                 t0 = time.time()
                 out, dens, impl = run_sol(q, k, v, beta, blocks, precision)
-                rec["sol"] = aggregate(head_errors(out, dense), kinds, {"density": dens})
-                rec["sol"].update(impl=impl, seconds=time.time() - t0)
-                del out
+                rec["sol"] = scored(out, dense, kinds, impl, t0, {"density": dens})
                 rows.append(rec)
-                w = rec["sol"]["overall"]
-                print(f"{tiling:>8s} {precision} ρ={rho:.2f} β={beta:.3f} density {w['density']:.3f}: "
-                      f"rel-L2 {w['rel_l2']:.4f} cos {w['mean_cos']:.4f}", flush=True)
+                say(f"{tiling:>8s} {precision} ρ={rho:.2f} β={beta:.3f} density "
+                    f"{rec['sol']['overall']['density']:.3f}", rec["sol"])
     return rows
+
+
+def scored(out, dense, kinds, impl: str, t0: float, extra=None) -> dict:
+    """The errors of ``out`` against ``dense`` (``aggregate``), which implementation ran and
+    its seconds since ``t0``."""
+    return dict(aggregate(head_errors(out, dense), kinds, extra), impl=impl, seconds=time.time() - t0)
+
+
+def say(label: str, scores: dict) -> None:
+    w = scores["overall"]
+    print(f"{label}: rel-L2 {w['rel_l2']:.4f} cos {w['mean_cos']:.4f}", flush=True)
 
 
 def psa_study(q, k, v, kinds, dense, grid, preset_path, layer, precisions):
@@ -167,13 +175,9 @@ def psa_study(q, k, v, kinds, dense, grid, preset_path, layer, precisions):
         t0 = time.time()
         out, impl = run_method("psa", q, k, v, **kw)
         rec = {"preset": os.path.basename(preset_path), "layer": layer, "tile": list(preset.tile),
-               "density": density, "precision": precision,
-               "psa": dict(aggregate(head_errors(out, dense), kinds), impl=impl, seconds=time.time() - t0)}
-        del out
+               "density": density, "precision": precision, "psa": scored(out, dense, kinds, impl, t0)}
         rows.append(rec)
-        w = rec["psa"]["overall"]
-        print(f"     psa {precision} {rec['preset']} layer {layer} density {density:.3f}: "
-              f"rel-L2 {w['rel_l2']:.4f} cos {w['mean_cos']:.4f}", flush=True)
+        say(f"     psa {precision} {rec['preset']} layer {layer} density {density:.3f}", rec["psa"])
     return rows
 
 
