@@ -32,9 +32,19 @@ or ``$COMFYUI_PATH``, with this pack loaded the way ComfyUI loads custom nodes):
     kernels the kernels alone (``kernels.sol_attention`` / ``psa_attention`` / cuDNN SDPA)
             on the self-attention's q/k/v shape, random inputs, and on the q/k/v that one
             block of the dense run really produced.
+* Precisions (``--precisions``, default ``auto``): every node method runs once per precision
+  of the exact blocks, the node widget ``precision`` set to it; the row of ``auto`` keeps the
+  method's plain name (``sol85``), another precision is keyed ``sol85@int8``. Per method bf16
+  runs first (the others are compared with it). The node's run summary says which precision
+  ran and why (``precision`` in each row).
+* Output drift: the relative L2 distance ‖x − ref‖ / ‖ref‖ of the final sampler output (the
+  latent after every step, same seed, noise and prompts) of each node row to dense's and, for a
+  precision other than bf16, to the same method's bf16 row; so int8's drift stands beside the
+  sparse method's own.
 * Derived: forward speed-up against dense, the projected 50-step time with 10 dense warm-up
   steps (10 × dense + 40 × method), and the integration check "sparse forward ≤ stub forward
-  + blocks × kernel time × 1.05"; for Wan2.1-14B the speed targets (``TARGETS_WAN``).
+  + blocks × kernel time × 1.05"; for Wan2.1-14B the speed targets (``TARGETS_WAN``, judged on
+  the ``auto`` rows). Each keyed row is a row of its own.
 
 The JSON (``--out``) holds the exact command, device and versions, and is rewritten after
 every measurement, so a run stopped at a time limit keeps what it measured.
@@ -52,6 +62,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import importlib.util
 import logging
 import os
 import platform
@@ -241,6 +252,60 @@ TARGETS_WAN = {  # the speed-ups set as targets for Wan2.1-14B
     "psa60u": {"projected_50_speedup": 1.4},
 }
 SPARSE_METHODS = ("sol85", "sol90", "psa60", "psa60u")
+DEFAULT_PRECISION = "auto"  # its rows keep the method's plain name
+
+
+def row_key(method: str, precision: str) -> str:
+    """The results' name of a node method run in ``precision``: ``sol85`` for ``auto``,
+    ``sol85@int8`` for another."""
+    return method if precision == DEFAULT_PRECISION else f"{method}@{precision}"
+
+
+def row_parts(key: str) -> tuple:
+    """(method, precision) of a results row name (:func:`row_key`'s inverse)."""
+    method, _, precision = key.partition("@")
+    return method, precision or DEFAULT_PRECISION
+
+
+def node_rows(methods: dict) -> list:
+    """The node rows among a model's results, in the order they ran."""
+    return [k for k in methods if row_parts(k)[0] in SPARSE_METHODS]
+
+
+def rel_l2(x: torch.Tensor, ref: torch.Tensor) -> Optional[float]:
+    """‖x − ref‖ / ‖ref‖ in float64 (None when ref is all zeros)."""
+    x, ref = x.double(), ref.double()
+    norm = float(ref.norm())
+    return float((x - ref).norm()) / norm if norm > 0 else None
+
+
+class OutputDrift:
+    """The final sampler outputs (CPU, float32) a model's rows are compared with, and their
+    drifts: every node row against dense, a row in another precision than bf16 against the
+    same method's bf16 row. Only the references are kept (dense, the current method's bf16
+    row): the rows of a method run one after the other, bf16 first."""
+
+    def __init__(self):
+        self.dense: Optional[torch.Tensor] = None
+        self.bf16: dict = {}      # method -> output of its bf16 row
+
+    def add(self, key: str, out: Optional[torch.Tensor]) -> Optional[dict]:
+        """Record row ``key``'s output; the drifts it has now (None for dense)."""
+        if out is None:
+            return None
+        if key == "dense":
+            self.dense = out
+            return None
+        method, precision = row_parts(key)
+        drift: dict = {}
+        if self.dense is not None:
+            drift["vs_dense"] = rel_l2(out, self.dense)
+        if precision != "bf16" and method in self.bf16:
+            drift["vs_bf16"] = rel_l2(out, self.bf16[method])
+            drift["bf16_row"] = row_key(method, "bf16")
+        if precision == "bf16":
+            self.bf16 = {method: out}  # the previous method's reference is no longer needed
+        return drift
 
 
 def derive(entry: dict, spec: ModelSpec, targets: bool) -> dict:
@@ -264,11 +329,14 @@ def derive(entry: dict, spec: ModelSpec, targets: bool) -> dict:
     if cudnn_ms is not None:
         d["dense_cudnn_kernel_ms"] = cudnn_ms
         d["blocks_x_cudnn_kernel_s"] = blocks * cudnn_ms / 1000.0
-    for name in SPARSE_METHODS:
+    for name in node_rows(m):
         f = m.get(name, {}).get("forward_s")
         if not f:
             continue
         r = {"forward_s": f}
+        for k, v in (m[name].get("output_drift") or {}).items():
+            if k.startswith("vs_"):
+                r["drift_" + k] = v
         if dense:
             proj = PROJ_WARMUP * dense + (PROJ_STEPS - PROJ_WARMUP) * f
             r.update(forward_speedup=dense / f, projected_50_steps_s=proj,
@@ -300,17 +368,26 @@ def derive(entry: dict, spec: ModelSpec, targets: bool) -> dict:
 
 
 def print_table(entry: dict, spec: ModelSpec):
+    """The model's rows: forward time and speed-ups, the density, the precision the node ran
+    (``auto``'s choice on the rows of plain names) and the output drift against the method's
+    bf16 row and against dense."""
     d = entry.get("derived", {})
     m = entry.get("methods", {})
+    rows = [k for k in ("dense", "stub") if k in m] + node_rows(m)
+    w = max([8] + [len(k) for k in rows])
     print(f"\n== {spec.name}: {spec.note}; {spec.video_tokens()} video tokens, batch 2 (CFG)")
-    print(f"{'method':8s} {'forward s':>10s} {'× dense':>8s} {'50-step s':>10s} {'× dense':>8s} "
-          f"{'density':>8s} {'peak GiB':>9s}  check")
+    print(f"{'method':{w}s} {'forward s':>10s} {'× dense':>8s} {'50-step s':>10s} {'× dense':>8s} "
+          f"{'density':>8s} {'ran':>5s} {'drift bf16':>10s} {'drift dense':>11s} {'peak GiB':>9s}  check")
     dense = d.get("dense_forward_s")
-    for name in ("dense", "stub") + SPARSE_METHODS:
+
+    def num(x, width, digits):
+        return f"{'':{width}s}" if x is None else f"{x:{width}.{digits}f}"
+
+    for name in rows:
         mm = m.get(name, {})
         if "forward_s" not in mm:
             if "error" in mm:
-                print(f"{name:8s} error: {mm['error'][:100]}")
+                print(f"{name:{w}s} error: {mm['error'][:100]}")
             continue
         r = d.get(name, {})
         f = mm["forward_s"]
@@ -319,13 +396,14 @@ def print_table(entry: dict, spec: ModelSpec):
         psp = f"{r['projected_50_speedup']:8.2f}" if "projected_50_speedup" in r else (
             f"{1.0:8.2f}" if name == "dense" else f"{'':8s}")
         dens = mm.get("achieved_density")
+        ran = (mm.get("precision") or "").split(" ", 1)[0]
         peak = "" if "peak_memory_gib" not in mm else f"{mm['peak_memory_gib']:.1f}"
         chk = r.get("integration_check", {}).get("holds")
         tg = r.get("targets")
         tg_s = "" if not tg else " targets " + ", ".join(
             f"{k} {v['value']:.2f}/{v['target']}{'✓' if v['met'] else '✗'}" for k, v in tg.items() if v["value"])
-        print(f"{name:8s} {f:10.3f} {sp} {('' if proj is None else f'{proj:10.1f}'):>10s} {psp} "
-              f"{('' if dens is None else f'{dens:8.3f}'):>8s} {peak:>9s}  "
+        print(f"{name:{w}s} {f:10.3f} {sp} {num(proj, 10, 1)} {psp} {num(dens, 8, 3)} {ran:>5s} "
+              f"{num(r.get('drift_vs_bf16'), 10, 4)} {num(r.get('drift_vs_dense'), 11, 4)} {peak:>9s}  "
               f"{'' if chk is None else ('integration ok' if chk else 'integration OVER')}{tg_s}")
 
 
@@ -345,6 +423,10 @@ def parse_args(argv=None):
     ap.add_argument("--estimator", default="exact", choices=["exact", "diag"])
     ap.add_argument("--sol-tile", default="auto", help="node widget sol_tile for sol85/sol90: auto, off or bt,bh,bw")
     ap.add_argument("--dense-blocks", default="", help="node widget dense_blocks (default: none, every block sparse)")
+    ap.add_argument("--precisions", default=DEFAULT_PRECISION,
+                    help="node widget precision, comma separated (the pack's kernels.PRECISIONS): every node method "
+                         "runs once per precision, bf16 first; rows of auto keep the plain name, others are keyed "
+                         "method@precision (default: auto)")
     ap.add_argument("--psa-density", type=float, default=0.40, help="token density of the uniform PSA preset")
     ap.add_argument("--psa-preset", default="auto",
                     help="psa60's preset: auto (the pack's mask_presets/ file for this model and grid, else "
@@ -365,7 +447,43 @@ def parse_args(argv=None):
             ap.error(f"--methods: unknown {x!r} (choose from {', '.join(ALL_METHODS)})")
     if a.warmup < 1 or a.reps < 1:
         ap.error("--warmup and --reps must be ≥ 1")
+    asked = [x.strip() for x in a.precisions.split(",") if x.strip()]
+    known = pack_precisions(a.tiny)
+    wrong = [x for x in asked if x not in known]
+    if wrong or not asked:
+        ap.error(f"--precisions: unknown {', '.join(wrong) or '(none given)'}; choose from {', '.join(known)}")
+    # bf16 first: the other precisions of a method are compared with its bf16 row
+    a.precisions = sorted(dict.fromkeys(asked), key=lambda x: x != "bf16")
     return a
+
+
+def on_gpu(tiny: bool) -> bool:
+    """Whether the run is on CUDA; without it Triton's interpreter is set up, before triton is
+    first imported (the pack's kernels)."""
+    cuda = torch.cuda.is_available() and not tiny
+    if not cuda:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return cuda
+
+
+def pack_precisions(tiny: bool) -> tuple:
+    """The precisions the pack's kernels take (``kernels.PRECISIONS``), read before ComfyUI
+    starts: the pack's ``kernels`` package imported under a name of its own (the repository
+    root stays off sys.path, where its nodes/ package would hide ComfyUI's)."""
+    name = "_e2e_pack_kernels"
+    if name not in sys.modules:
+        on_gpu(tiny)
+        folder = REPO / "kernels"
+        spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                      submodule_search_locations=[str(folder)])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[name]
+            raise
+    return tuple(sys.modules[name].PRECISIONS)
 
 
 def versions(comfy: Optional[Comfy]) -> dict:
@@ -470,20 +588,31 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
         if node_methods.get(name, {}).get("preset_info"):
             entry.setdefault("psa_presets", {})[name] = node_methods[name]["preset_info"]
 
+    # the final outputs that node rows are compared with (dense's, a method's bf16 row's)
+    node_names = [x for x in SPARSE_METHODS if x in a.methods]
+    drift = OutputDrift()
+
     def measure(name: str, model, timer: ForwardTimer, extra_report: Optional[Callable] = None):
         print(f"   {name}: {steps} sampler steps ({a.warmup} warm-up) ...", flush=True)
+        keep = name != "stub" and bool(node_names)
         try:
             dense.reset()
-            extra = run_sampler(model, timer, spec, steps, a.seed, cuda)
+            extra, out = run_sampler(model, timer, spec, steps, a.seed, cuda, keep_output=keep)
             r = summarize_steps(timer, a.warmup)
             r.update(extra)
             r["dense_override"] = dense.report()
             if extra_report is not None:
                 r.update(extra_report(r))
+            drifts = drift.add(name, out)
+            if drifts is not None:
+                r["output_drift"] = drifts
+            del out
             entry["methods"][name] = r
             if r.get("forward_s") is not None:
                 print(f"   {name}: forward {r['forward_s']:.3f} s (steps {', '.join(f'{x:.3f}' for x in r['forward_s_per_step'])})"
-                      + (f", peak {r['peak_memory_gib']:.1f} GiB" if cuda else ""), flush=True)
+                      + (f", peak {r['peak_memory_gib']:.1f} GiB" if cuda else "")
+                      + "".join(f", drift {k[3:]} {v:.4g}" for k, v in (drifts or {}).items()
+                                if k.startswith("vs_") and v is not None), flush=True)
         except Exception as e:
             entry["methods"][name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
             print(f"   {name}: FAILED {type(e).__name__}: {e}", flush=True)
@@ -524,18 +653,18 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
                 lambda r: {"stubbed_calls": stub.stubbed,
                            "stubbed_calls_expected": spec.blocks() * sum(r["forwards_per_step"])})
 
-    # (b) through the Sparse Attention Patch node
+    # (b) through the Sparse Attention Patch node, once per precision (bf16 first)
     patching = importlib.import_module(comfy.pack_module.__name__ + ".nodes.patching")
-    for name in ("sol85", "sol90", "psa60", "psa60u"):
-        if name not in a.methods:
-            continue
-        m = node_methods[name]
+    for method_name, precision in ((x, p) for x in node_names for p in a.precisions):
+        name = row_key(method_name, precision)
+        m = node_methods[method_name]
         if m["method"] == "psa" and m.get("preset") is None:
             entry["methods"][name] = {"error": "no PSA preset (see errors)"}
             res.save()
             continue
         widgets = dict(method=m["method"], estimator=a.estimator, warmup=0.0, final_dense=0.0,
-                       dense_blocks=a.dense_blocks, min_tokens=0, backend=backend, sol_tile=a.sol_tile)
+                       dense_blocks=a.dense_blocks, min_tokens=0, backend=backend, sol_tile=a.sol_tile,
+                       precision=precision)
         if m["method"] == "sol_attn":
             widgets["target_sparsity"] = m["target_sparsity"]
         else:
@@ -553,7 +682,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
             s = patching.run_summary(patched) or {}
             per_step = {str(k): v for k, v in (s.get("steps") or {}).items()}
             rep = {"node_widgets": {k: v for k, v in widgets.items() if k != "preset"},
-                   "beta": m.get("beta"), "node_summary": {
+                   "beta": m.get("beta"), "precision": s.get("precision"), "node_summary": {
                        "forwards": s.get("forwards"), "calls": s.get("calls"), "sparse_calls": s.get("sparse_calls"),
                        "dense_calls": s.get("dense_calls"), "steps": per_step, "mean_density": s.get("mean_density")}}
             rep["achieved_density"] = s.get("mean_density") if m["method"] == "sol_attn" else m.get("mask_density")
@@ -577,9 +706,7 @@ def run_model(key: str, a, comfy: Comfy, res: Results, cuda: bool, device, dtype
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    cuda = torch.cuda.is_available() and not a.tiny
-    if not cuda:
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported (pack kernels)
+    cuda = on_gpu(a.tiny)
     logging.basicConfig(level=logging.INFO if a.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     dtype = torch.bfloat16 if cuda else torch.float32
     backend = a.backend or ("triton" if cuda else "reference")
@@ -594,7 +721,12 @@ def main(argv=None) -> int:
                      "timed_steps": a.reps, "dtype": str(dtype).replace("torch.", ""), "backend": backend,
                      "estimator": a.estimator, "sol_tile": a.sol_tile, "dense_blocks": a.dense_blocks,
                      "psa_density": a.psa_density,
-                     "psa_preset": a.psa_preset, "sampler": "euler", "scheduler": "simple", "cfg": 5.0,
+                     "psa_preset": a.psa_preset, "precisions": a.precisions,
+                     "output_drift": "relative L2 distance ||x - ref|| / ||ref|| of the final sampler output "
+                                     "(float32 latent after every step; same seed, noise and prompts) of a node row "
+                                     "to dense's (vs_dense) and, for a precision other than bf16, to the same "
+                                     "method's bf16 row (vs_bf16)",
+                     "sampler": "euler", "scheduler": "simple", "cfg": 5.0,
                      "projection": f"{PROJ_WARMUP} dense warm-up steps + {PROJ_STEPS - PROJ_WARMUP} steps of the method",
                      "timing": "diffusion-model forward (DIFFUSION_MODEL wrapper, CUDA events), median over the "
                                "timed steps; step_wall_s adds the sampler's element-wise work"},

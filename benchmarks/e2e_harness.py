@@ -527,8 +527,11 @@ def with_timer(model, cuda: bool) -> tuple:
     return m, timer
 
 
-def run_sampler(model, timer: ForwardTimer, spec: ModelSpec, steps: int, seed: int, cuda: bool) -> dict:
-    """``comfy.sample.sample`` (euler, simple, cfg 5) on ``model`` itself (no clone)."""
+def run_sampler(model, timer: ForwardTimer, spec: ModelSpec, steps: int, seed: int, cuda: bool,
+                keep_output: bool = False) -> tuple:
+    """``comfy.sample.sample`` (euler, simple, cfg 5) on ``model`` itself (no clone):
+    ``(report, output)``, the output being the final latent on the CPU in float32 with
+    ``keep_output`` (copied after the timing), else None."""
     import comfy.sample
 
     latent = torch.zeros(spec.latent_shape)
@@ -548,8 +551,9 @@ def run_sampler(model, timer: ForwardTimer, spec: ModelSpec, steps: int, seed: i
     extra = {"sample_call_s": total, "output_finite": bool(torch.isfinite(out).all())}
     if cuda:
         extra["peak_memory_gib"] = torch.cuda.max_memory_allocated() / GiB
+    kept = out.detach().to("cpu", torch.float32) if keep_output else None
     del out
-    return extra
+    return extra, kept
 
 
 def summarize_steps(timer: ForwardTimer, warmup: int) -> dict:

@@ -336,6 +336,10 @@ def test_e2e_tiny_measures_every_configuration_on_the_intended_path(tmp_path):
                 assert s["sparse_calls"] == m["sparse_calls_expected"] == calls, s
                 assert m["all_expected_calls_sparse"] and m["achieved_density"] is not None
                 assert m["dense_override"]["self_attention_calls"] == 0
+                # precision auto (the plain name), on the reference backend its bf16 reference
+                assert m["node_widgets"]["precision"] == "auto"
+                assert m["precision"].startswith("bf16 (auto on backend reference"), m["precision"]
+                assert 0 < m["output_drift"]["vs_dense"] < 1 and "vs_bf16" not in m["output_drift"]
         rows = entry["kernels"]["rows"]
         assert {(r["inputs"], r["method"]) for r in rows} == {
             (i, k) for i in ("random", "captured") for k in ("dense_cudnn", "sol85", "sol90", "psa60", "psa60u")}
@@ -348,6 +352,51 @@ def test_e2e_tiny_measures_every_configuration_on_the_intended_path(tmp_path):
             assert r["projected_50_steps_s"] == pytest.approx(10 * methods["dense"]["forward_s"] + 40 * r["forward_s"])
             assert "holds" in r["integration_check"] and "holds_captured" in r["integration_check"]
             assert "targets" not in r  # the speed targets are judged on the full-size Wan run only
+
+
+@pytest.mark.slow  # ComfyUI sampling three configurations of one tiny model (about 15 s)
+def test_e2e_tiny_runs_a_method_per_precision_and_measures_its_drift_against_bf16(tmp_path):
+    """--precisions bf16,int8 (given as int8,bf16: bf16 runs first): one row per precision,
+    keyed sol85@bf16 / sol85@int8, each with the node's own words on the precision it ran (the
+    float32 reference of that precision here); int8's final latent drifts from bf16's a little,
+    far less than the sparse method's own drift from dense."""
+    out = tmp_path / "e2e_prec.json"
+    cmd = [sys.executable, "benchmarks/e2e_comfyui.py", "--tiny", "--models", "wan", "--methods", "dense,sol85",
+           "--precisions", "int8,bf16", "--reps", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["precisions"] == ["bf16", "int8"]
+    entry = doc["models"]["wan21_tiny"]
+    methods, derived = entry["methods"], entry["derived"]
+    assert list(methods) == ["dense", "sol85@bf16", "sol85@int8"] and entry["errors"] == []
+    for precision in ("bf16", "int8"):
+        m = methods[f"sol85@{precision}"]
+        assert "error" not in m, m.get("traceback", m)
+        assert m["node_widgets"]["precision"] == precision and m["output_finite"]
+        assert m["precision"] == f"{precision} (asked for: the float32 reference of that path)"
+        assert m["all_expected_calls_sparse"] and m["forward_s"] > 0
+        r = derived[f"sol85@{precision}"]
+        assert r["projected_50_steps_s"] == pytest.approx(10 * methods["dense"]["forward_s"] + 40 * m["forward_s"])
+    bf16, int8 = methods["sol85@bf16"]["output_drift"], methods["sol85@int8"]["output_drift"]
+    assert "vs_bf16" not in bf16 and int8["bf16_row"] == "sol85@bf16"
+    assert 0 < int8["vs_bf16"] < 0.01 and int8["vs_bf16"] < bf16["vs_dense"] / 10, (bf16, int8)
+    assert 0 < bf16["vs_dense"] < 1 and 0 < int8["vs_dense"] < 1
+    assert derived["sol85@int8"]["drift_vs_bf16"] == int8["vs_bf16"]
+    assert derived["sol85@bf16"]["drift_vs_dense"] == bf16["vs_dense"]
+    table = proc.stdout[proc.stdout.index("== wan21_tiny: "):]
+    assert re.search(r"^sol85@int8 .* int8 +0\.\d{4} +0\.\d{4} ", table, re.M), table
+
+
+def test_e2e_refuses_a_precision_the_pack_does_not_take_before_it_builds_a_model(tmp_path, capsys, monkeypatch):
+    """The choices are the pack's kernels.PRECISIONS; the refusal comes before ComfyUI starts."""
+    import kernels
+    monkeypatch.syspath_prepend(str(BENCH))
+    import e2e_comfyui
+
+    err = usage_error(e2e_comfyui.main, tmp_path, capsys, "--tiny", "--precisions", "bf16,int4")
+    assert f"--precisions: unknown int4; choose from {', '.join(kernels.PRECISIONS)}" in err
 
 
 @pytest.mark.parametrize("key, detected, tokens", [("hunyuan15", "HunyuanVideo15", 111_600),
