@@ -96,18 +96,20 @@ def test_psa_full_size(grid, tile, extra, layout):
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_every_architectures_configuration_runs_here(arch):
     """Each architecture's launch configuration forced on this GPU (the nearest thing to those
-    GPUs available): PSA and Sol against their references."""
+    GPUs available): PSA and Sol in bf16 against their references (int8:
+    test_int8_on_every_architectures_configuration)."""
     config = ARCHITECTURES[arch]
     grid, extra = (9, 45, 80), 256
     L = grid[0] * grid[1] * grid[2] + extra
     q, k, v = random_qkv(1, L, 2, "single_block", seed=arch[0])
     params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 3, 2, 0, 10]])
     poison(q.numel() * 2)
-    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(3, 8, 16), extra_tokens=extra, config=config)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(3, 8, 16), extra_tokens=extra, config=config,
+                                precision="bf16")
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=(3, 8, 16), extra_tokens=extra)
     assert torch.isfinite(out).all() and rel_err(out, ref) < 2e-2
     kw = dict(beta=1.04, grid=grid)
-    out = kernels.sol_attention(q, k, v, config=config, **kw)
+    out = kernels.sol_attention(q, k, v, config=config, precision="bf16", **kw)
     ref = kernels.sol_attention_reference(q, k, v, **kw)
     assert torch.isfinite(out).all() and rel_err(out, ref) < 2e-2
 
