@@ -4,10 +4,11 @@ Usage (on a CUDA machine; writes one JSON file with the command that made it):
     python benchmarks/bench_kernels.py --out out/kernels_h200.json
 
 ``--loops ws,tma`` times the block loops of Hopper side by side (``LOOPS``: the warp-specialised
-loop and the portable kernel with TMA boxes). ``--precisions bf16,int8`` times every Sol, PSA
-and forced-architecture row once per precision of the exact blocks' QKᵀ (``precision`` of the
-kernels; int8 always runs the portable kernel, also on a ``ws`` row), each with its rel-L2
-against cuDNN's output. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of
+loop and the portable kernel with TMA boxes). ``--precisions bf16,int8,fp8`` times every Sol,
+PSA and forced-architecture row once per precision of the exact blocks' QKᵀ (``precision`` of
+the kernels; int8 and fp8 always run the portable kernel, also on a ``ws`` row; fp8 on a forced
+sm_80 / sm_86 row is refused, and the row records the error), each with its rel-L2 against
+cuDNN's output. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of
 ComfyUI's own Model Sparse Attention node) beside each Sol row, on the same inputs: at the same
 β (its ``tau``) and at the τ whose error matches the pack's (``bench_kitchen``). comfy-kitchen
 is never a dependency of the pack: the package is put on ``PYTHONPATH`` for the benchmark only
@@ -229,7 +230,7 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 layout, routing, scale = sol_pieces(q, k, v, beta, g, tile)
                 mask, pooled = routing()
                 t_route = bench_ms(routing, rep_ms)
-                # The engine fed the routed mask; with int8 it quantizes the keys itself (their
+                # The engine fed the routed mask; int8 / fp8 quantize the keys there (their
                 # smoothing mean from a PyTorch pass: the whole call takes it from the pooling).
                 engine = dict(scale=scale, precision=precision)
                 t_lists = bench_ms(lambda: block_sparse_attention(q, k, v, mask, config=cfg, **engine), rep_ms)
@@ -339,11 +340,11 @@ def bench_arch_configs(results, H, D, rep_ms, archs):
     small = [x[:, :, :2] for x in (q, k, v)]
     for cap, precision in itertools.product(archs, PRECISIONS):
         config = ARCHITECTURES[cap]
-        row = dict(arch=f"sm_{cap[0]}{cap[1]}", config=config.describe(), precision=precision,
-                   precision_ran={m: ran_precision(precision, config, m).describe() for m in ("sol", "psa")}, L=L,
-                   grid=grid, cudnn_ms=t_dense)
+        row = dict(arch=f"sm_{cap[0]}{cap[1]}", config=config.describe(), precision=precision, L=L, grid=grid,
+                   cudnn_ms=t_dense)
         kw = dict(config=config, precision=precision)
-        try:
+        try:  # fp8 on a row without fp8 tensor cores: the ValueError is the row's error
+            row["precision_ran"] = {m: ran_precision(precision, config, m).describe() for m in ("sol", "psa")}
             p2 = params[0.15][0][:2]
             poison_allocator(small[0].numel() * 2)
             out = kernels.psa_attention(*small, grid=grid, params=p2, tile=tile, **kw)

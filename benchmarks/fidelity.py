@@ -5,10 +5,10 @@ One study: for every block shape (``--tilings``: ``rowmajor`` 64-token slivers o
 density (0.05-0.25), β is calibrated by bisection so that the achieved mean density of exact
 blocks (over all heads) equals the target (``sol_block_selection``), so every block shape is
 compared at equal density; then Sol-Attn runs on those same blocks, once per precision of the
-exact blocks' QKᵀ (``--precisions``: ``bf16``, the input dtype, and ``int8``; the β of a row is
-shared by its precisions). On CUDA the Triton path ``kernels.sol_attention`` runs in the
-workload dtype; elsewhere ``kernels.sol_attention_reference`` (float32, with the int8 operands
-of the kernels for ``int8``).
+exact blocks' QKᵀ (``--precisions``: ``bf16``, the input dtype, ``int8`` and ``fp8``; the β of
+a row is shared by its precisions). On CUDA the Triton path ``kernels.sol_attention`` runs in
+the workload dtype; elsewhere ``kernels.sol_attention_reference`` (float32, with the codes of
+the kernels for ``int8`` and ``fp8``).
 
 Metrics: rel-L2 = ‖out − dense‖_F / ‖dense‖_F (per kind: sums of squares over its heads),
 mean row cosine = mean over (batch, token, head) rows of cos(out_row, dense_row). Dense is
@@ -16,8 +16,8 @@ exact float32 attention computed in chunks of query rows (TF32 off).
 
 CPU:  python benchmarks/fidelity.py --small
 GPU:  python benchmarks/fidelity.py --device cuda   (21×45×80 = 75,600 tokens, 40 heads, d = 128, bf16)
-      python benchmarks/fidelity.py --device cuda --precisions bf16,int8 --tilings auto
-      python benchmarks/fidelity.py --device cuda --precisions bf16,int8 --tilings auto \
+      python benchmarks/fidelity.py --device cuda --precisions bf16,int8,fp8 --tilings auto
+      python benchmarks/fidelity.py --device cuda --precisions bf16,int8,fp8 --tilings auto \
           --psa-preset mask_presets/wan2.1_14b_720p_81f.json    # PSA too, one layer of the preset
 """
 from __future__ import annotations
@@ -39,7 +39,7 @@ from benchmarks.workload import KINDS, default_logit_scale, video_qkv, workload_
 import kernels  # noqa: E402
 
 DENSITIES = (0.05, 0.10, 0.15, 0.20, 0.25)
-PRECISIONS = ("bf16", "int8")  # of the exact blocks' QKᵀ (kernels.PRECISIONS less "auto": no GPU to choose for)
+PRECISIONS = ("bf16", "int8", "fp8")  # of the exact blocks' QKᵀ (kernels.PRECISIONS less "auto": no GPU to choose for)
 TILINGS = ("rowmajor", "auto", "2:4:8", "1:8:8", "4:4:4", "2:8:4")
 
 

@@ -1,8 +1,8 @@
 """Public PSA entry point (Triton). The float specification is ``psa_reference``.
 
 The stripe masks give a reused ``BlockMask`` (``psa_mask.psa_kernel_mask``, cached); the
-engine runs it for every head at once. With int8 exact blocks (``precision``) the engine
-quantizes the keys of the heads it runs (``engine.quantize``): their codes are scratch, so the
+engine runs it for every head at once. With quantized (int8, fp8) exact blocks (``precision``)
+the engine quantizes the keys of the heads it runs (``engine.quantize``): their codes are scratch, so the
 heads then run in groups whose codes stay within the engine's scratch budget
 (``engine.head_groups``), each group its own launch over its heads' part of the mask.
 """
@@ -13,7 +13,7 @@ import torch
 from ._checks import check_qkv, resolve_scale, unit_stride_last_dim
 from .engine import block_sparse_attention, head_groups
 from .engine.launch_config import config_for_device
-from .engine.precision import resolve_precision
+from .engine.precision import QUANTIZED_PRECISIONS, resolve_precision
 from .engine.quantize import quantized_key_bytes
 from .layout import check_grid, check_tile
 from .psa_mask import check_params, psa_kernel_mask
@@ -29,8 +29,8 @@ def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, co
     at the end of the sequence (HunyuanVideo's text), which attend to and are attended by
     every token. ``config``: a ``engine.launch_config.LaunchConfig`` to force (default: the
     device's). ``precision``: of the exact blocks' QKᵀ, "auto" (per architecture,
-    ``engine.precision``), "bf16" (the input dtype) or "int8" (``engine.quantize``). Returns
-    (B, L, H, D) in the input dtype.
+    ``engine.precision``), "bf16" (the input dtype), "int8" or "fp8" (``engine.quantize``;
+    fp8 from sm_89 on). Returns (B, L, H, D) in the input dtype.
     """
     B, L, H, D = check_qkv(q, k, v, for_kernel=True)
     grid, tile = check_grid(grid), check_tile(tile)
@@ -41,7 +41,7 @@ def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, co
     config = config or config_for_device(q.device)
     precision = resolve_precision(precision, config, "psa").precision
     mask = psa_kernel_mask(grid, params, tile, extra, q.device)
-    if precision != "int8":
+    if precision not in QUANTIZED_PRECISIONS:
         return block_sparse_attention(q, k, v, mask, scale=scale, config=config, precision=precision)
     out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     # The reused mask's work form is kept with it, not per call: the codes are the scratch.

@@ -6,8 +6,8 @@ of the padded block grid; query token i may attend key token j iff
 (``extra_tokens``, e.g. HunyuanVideo's text) attend to every token and every token attends
 to them. Padding never exists here: the 3D padding is a layout device of the kernel, and
 "padded tokens never change the result" means the kernel must agree with this function.
-``precision="int8"`` states the kernels' int8 exact blocks (``quantized_reference``, on the
-blocks of the kernel's ``BlockLayout``).
+``precision="int8"`` or ``"fp8"`` states the kernels' quantized exact blocks
+(``quantized_reference``, on the blocks of the kernel's ``BlockLayout``).
 """
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import torch
 
 from ._checks import check_int, check_qkv, resolve_scale
 from .block_mask import block_layout
-from .engine.precision import KERNEL_PRECISIONS, check_precision
+from .engine.precision import KERNEL_PRECISIONS, QUANTIZED_PRECISIONS, check_precision
 from .layout import check_grid, check_tile, tile_layout
 from .psa_mask import check_params, psa_block_mask
-from .quantized_reference import Int8Operands
+from .quantized_reference import QuantizedOperands
 
 __all__ = ["psa_attention_reference", "check_extra_tokens", "psa_token_blocks"]
 
@@ -52,7 +52,7 @@ def psa_attention_reference(q, k, v, *, grid, params, tile, extra_tokens=0, scal
     stripe parameters (Tw, To, Ts, Sw, So, Ss); ``tile`` the PSABlock (bt, bh, bw);
     ``extra_tokens`` the non-grid tokens at the end of the sequence. ``query_chunk`` bounds
     memory (query rows per step; default keeps the score tile near 128 MiB). ``precision``:
-    "bf16" (the exact QKᵀ of the inputs, in float32) or "int8" (the kernels' int8 operands).
+    "bf16" (the exact QKᵀ of the inputs, in float32), "int8" or "fp8" (the kernels' codes).
     """
     precision = check_precision(precision, choices=KERNEL_PRECISIONS)
     B, L, H, D = check_qkv(q, k, v, for_kernel=False)
@@ -76,11 +76,12 @@ def psa_attention_reference(q, k, v, *, grid, params, tile, extra_tokens=0, scal
     qf = q.float().permute(0, 2, 1, 3)  # (B, H, L, D)
     kf = k.float().permute(0, 2, 3, 1)  # (B, H, D, L)
     vf = v.float().permute(0, 2, 1, 3)  # (B, H, L, D)
-    int8 = Int8Operands.of(q, k, block_layout(grid, tile, extra, dev)) if precision == "int8" else None
+    codes = (QuantizedOperands.of(q, k, block_layout(grid, tile, extra, dev), precision)
+             if precision in QUANTIZED_PRECISIONS else None)
     out = torch.empty(B, H, L, D, dtype=torch.float32, device=dev)
     for i0 in range(0, L, query_chunk):
         i1 = min(L, i0 + query_chunk)
-        s = torch.matmul(qf[:, :, i0:i1], kf) * scale if int8 is None else int8.logits(i0, i1, scale)  # (B, H, c, L)
+        s = torch.matmul(qf[:, :, i0:i1], kf) * scale if codes is None else codes.logits(i0, i1, scale)  # (B, H, c, L)
         allowed = ext[:, blk[i0:i1]][:, :, blk]  # (H, c, L)
         s = s.masked_fill(~allowed[None], float("-inf"))
         out[:, :, i0:i1] = torch.matmul(torch.softmax(s, dim=-1), vf)

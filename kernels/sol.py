@@ -5,10 +5,10 @@ Per group of heads: pool the blocks (``sol_gpu_routing.pool_blocks``), route
 then the block mask), then the engine (``engine``) lowers the mask for its backend and writes
 those heads of the output in place, pooled term first. Heads run in groups
 (``engine.head_groups``) so that the per-call scratch (pooled means, the mask, the engine's
-work form of it and, with int8 exact blocks, the quantized keys:
+work form of it and, with quantized (int8, fp8) exact blocks, the quantized keys:
 ``engine.work_bytes_per_head``) stays within ``engine.SCRATCH_SHARE`` of the output's size; no
 step reads anything back to the host, so the call never synchronises the device and can be
-captured in a CUDA graph. With int8 exact blocks the pooling pass also gives the keys'
+captured in a CUDA graph. With quantized exact blocks the pooling pass also gives the keys'
 smoothing mean (``engine.quantize``), and the engine quantizes the group's keys.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 from ._checks import unit_stride_last_dim
 from .engine import block_sparse_attention, head_groups, work_bytes_per_head
 from .engine.launch_config import config_for_device
-from .engine.precision import resolve_precision
+from .engine.precision import QUANTIZED_PRECISIONS, resolve_precision
 from .sol_gpu_routing import pool_blocks, pooled_term, route, routing_bytes_per_head
 from .sol_reference import check_sol_call
 
@@ -35,8 +35,8 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     and ``sinks`` (start, end) token ranges whose key blocks are always exact. config: a
     ``engine.launch_config.LaunchConfig`` to force (default: the device's). precision: of the
     exact blocks' QKᵀ, "auto" (per architecture, ``engine.precision``), "bf16" (the input
-    dtype) or "int8" (``engine.quantize``); the routing and the pooled term stay in the input
-    dtype.
+    dtype), "int8" or "fp8" (``engine.quantize``; fp8 from sm_89 on); the routing and the
+    pooled term stay in the input dtype.
     Returns (B, L, H, D) in the input dtype; with ``return_stats`` also
     ``{"density": (B, H) float32, "exact_blocks": (B, H, N) int32}``: the share of exact
     (query block, key block) pairs and the number of exact key blocks per query block.
@@ -48,8 +48,8 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     config = config or config_for_device(q.device)
     precision = resolve_precision(precision, config, "sol").precision
-    int8 = precision == "int8"
-    pooling, routing = routing_bytes_per_head(layout, D, q.element_size(), key_mean=int8)
+    quantized = precision in QUANTIZED_PRECISIONS
+    pooling, routing = routing_bytes_per_head(layout, D, q.element_size(), key_mean=quantized)
     work = work_bytes_per_head(q, k, v, layout, pooled=True, config=config, precision=precision)
     per_head = B * max(pooling, routing + work)
     exact_blocks = []
@@ -67,7 +67,8 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
 
 def _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, *, estimator, scale, config, precision):
     """Heads h0 .. h1 of the output; returns their exact-block counts (B, h1 - h0, N, 2)."""
-    q_mean, k_mean, v_mean, *key_mean = pool_blocks(q, k, v, layout, h0, h1 - h0, key_mean=precision == "int8")
+    quantized = precision in QUANTIZED_PRECISIONS
+    q_mean, k_mean, v_mean, *key_mean = pool_blocks(q, k, v, layout, h0, h1 - h0, key_mean=quantized)
     mask = route(q_mean, k_mean, beta[h0:h1], forced, layout, estimator=estimator, scale=scale)
     del q_mean
     block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=h0, config=config,

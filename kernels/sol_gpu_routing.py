@@ -5,8 +5,8 @@ Two light kernels per group of heads, before the engine (``engine``) runs:
 1. ``_pool_kernel``: one program per (block, batch·head) reads the block's rows of q, k and v
    in place (slot map) and writes their means Q̄, K̄, V̄ (B, Hg, N, D) in float32; PyTorch
    rounds them to the input dtype (Triton's CPU interpreter truncates float32 to bfloat16
-   instead of rounding, so the tests would see other means than the GPU). With int8 exact
-   blocks it also writes the block's key sums in float64, from which the keys' smoothing mean
+   instead of rounding, so the tests would see other means than the GPU). With quantized
+   (int8, fp8) exact blocks it also writes the block's key sums in float64, from which the keys' smoothing mean
    comes (``engine.quantize``) without another pass over k. The quantization itself cannot
    join this pass: every block's codes depend on that mean, which needs every block first.
 2. ``_route_kernel``: one program per ``ROUTE_ROWS`` query blocks of one (batch, head) walks the
@@ -182,8 +182,8 @@ def _route_kernel(
 
 def pool_blocks(q, k, v, layout: BlockLayout, head_base: int, group_heads: int, key_mean: bool = False):
     """(Q̄, K̄, V̄), each (B, Hg, N, D) in the input dtype, for heads head_base .. + Hg; with
-    ``key_mean`` also the keys' smoothing mean (B, Hg, D) float32 of the int8 exact blocks
-    (``engine.quantize``), from the block sums in float64."""
+    ``key_mean`` also the keys' smoothing mean (B, Hg, D) float32 of the quantized (int8, fp8)
+    exact blocks (``engine.quantize``), from the block sums in float64."""
     B, _, _, D = q.shape
     n = layout.n_blocks
     means = torch.empty((3, B, group_heads, n, D), device=q.device, dtype=torch.float32)

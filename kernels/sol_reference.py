@@ -9,8 +9,8 @@ or row-major blocks). Query row r of block i attends, in one softmax,
 Nothing is zeroed: a NaN in q, k or v gives NaN where dense attention does (a query block
 whose routing is NaN is all exact, see ``sol_rules``).
 
-``precision="int8"`` states the kernels' int8 exact blocks (``quantized_reference``): the exact
-logits come from the int8 operands, and the pooled keys are K̄_j minus the keys' smoothing
+``precision="int8"`` or ``"fp8"`` states the kernels' quantized exact blocks
+(``quantized_reference``): the exact logits come from the codes, and the pooled keys are K̄_j minus the keys' smoothing
 mean, rounded to the input dtype, so both kinds of column move by the same q·m; the routing is
 unchanged.
 """
@@ -19,8 +19,8 @@ from __future__ import annotations
 import torch
 
 from ._checks import check_estimator, check_qkv, check_token_ranges, resolve_scale
-from .engine.precision import KERNEL_PRECISIONS, check_precision
-from .quantized_reference import Int8Operands, shifted_pooled_keys
+from .engine.precision import KERNEL_PRECISIONS, QUANTIZED_PRECISIONS, check_precision
+from .quantized_reference import QuantizedOperands, shifted_pooled_keys
 from .sol_rules import block_thresholds, exact_blocks, forced_key_blocks, per_head_beta, sol_layout
 
 # Query rows per step of the reference; bounds its memory to rows · L floats per (batch, head).
@@ -68,8 +68,8 @@ def sol_block_selection(q, k, v, *, beta, estimator="exact", grid=None, tile=Non
 def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None, scale=None,
                             return_stats=False, precision="bf16"):
     """Float32 Sol-Attn on any device; same arguments and result as ``kernels.sol_attention``.
-    ``precision``: "bf16" (the exact blocks' QKᵀ of the inputs, in float32) or "int8" (the
-    kernels' int8 operands, ``quantized_reference``)."""
+    ``precision``: "bf16" (the exact blocks' QKᵀ of the inputs, in float32), "int8" or "fp8"
+    (the kernels' codes, ``quantized_reference``)."""
     precision = check_precision(precision, choices=KERNEL_PRECISIONS)
     layout, forced, beta, scale = check_sol_call(q, k, v, beta=beta, estimator=estimator, grid=grid, tile=tile,
                                                  sinks=sinks, scale=scale, for_kernel=False)
@@ -80,8 +80,8 @@ def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile
 
     blocks = layout.token_blocks()
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
-    int8 = Int8Operands.of(q, k, layout) if precision == "int8" else None
-    k_pool = (k_mean if int8 is None else shifted_pooled_keys(k_mean, int8.mean)).float()
+    codes = QuantizedOperands.of(q, k, layout, precision) if precision in QUANTIZED_PRECISIONS else None
+    k_pool = (k_mean if codes is None else shifted_pooled_keys(k_mean, codes.mean)).float()
     v_pool = v_mean.float()
     log_lens = layout.lengths.float().log()
     out = torch.empty_like(qf)
@@ -89,7 +89,7 @@ def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile
         r1 = min(L, r0 + _REFERENCE_ROWS_PER_CHUNK)
         sel_rows = selection[:, :, blocks[r0:r1], :]  # (B, H, R, N)
         token_sel = sel_rows[..., blocks]  # (B, H, R, L)
-        exact = scale * qf[:, :, r0:r1] @ kf.transpose(-1, -2) if int8 is None else int8.logits(r0, r1, scale)
+        exact = scale * qf[:, :, r0:r1] @ kf.transpose(-1, -2) if codes is None else codes.logits(r0, r1, scale)
         exact = exact.masked_fill(~token_sel, float("-inf"))
         pooled = scale * qf[:, :, r0:r1] @ k_pool.transpose(-1, -2) + log_lens
         pooled = pooled.masked_fill(sel_rows, float("-inf"))

@@ -23,7 +23,8 @@ PRESET_GRID_POLICIES = ("refuse", "rescale")  # kernels.Preset.params_for_grid
 # Beside ComfyUI's own Model Sparse Attention node on the same model (dispatch.core_sparse_node):
 # "defer" stands aside for the run, "share" runs the calls that node declines.
 BESIDE_CORE = ("defer", "share")
-# The precision of the kernels' exact blocks (kernels.PRECISIONS: auto, bf16, int8).
+# The precision of the kernels' exact blocks (kernels.PRECISIONS: auto, bf16, int8, fp8; fp8 last,
+# so the options saved workflows hold keep their meaning).
 PRECISIONS = tuple(kernels.PRECISIONS)
 shown = kernels.shown  # an echoed value, cut short
 

@@ -11,9 +11,15 @@ kernel's first run, so an argument the launcher refuses fails here too. It never
     python tools/compile_kernels.py --arch sm_80,sm_86,sm_89,sm_90,sm_100,sm_120
     PYTHONPATH=.cache/triton-3.6.0 python tools/compile_kernels.py ...   # another Triton
 
-The cases run in bf16 (the input dtype), and the cases of ``INT8_CASES`` again with int8 exact
-blocks (``precision="int8"``: the portable kernel's int8 variant, Sol's pooling pass with the
-float64 key sums, the key quantization kernel); their names end in ", int8".
+The cases run in bf16 (the input dtype), and the cases of ``QUANTIZED_CASES`` again with int8
+and with fp8 exact blocks (``precision="int8"`` / ``"fp8"``: the portable kernel's quantized
+variant, Sol's pooling pass with the float64 key sums, the key quantization kernel); their names
+end in ", int8" / ", fp8". On the architectures where ``precision`` refuses "fp8" (sm_80,
+sm_86: no fp8 tensor cores), the fp8 launches of the key quantization and the engine (taken as
+the sm_89 row makes them, with this architecture's launch row otherwise) are compiled anyway to
+record what Triton does there: they must fail with Triton's "fp8e4nv not supported" (a row
+with ``refused_by_triton``), and one that compiles fails the run (the refusal would then need
+another look).
 
 One line per (architecture, kernel variant): shared memory against the architecture's limit
 per block, registers per thread (``cuobjdump -res-usage`` of the cubin), spills. Exit 1 when
@@ -27,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import itertools
 import json
 import os
@@ -59,6 +66,7 @@ import kernels.engine.portable as portable  # noqa: E402
 import kernels.engine.quantize as quantize  # noqa: E402
 import kernels.sol_gpu_routing as sol_gpu_routing  # noqa: E402
 from kernels.engine.launch_config import ARCHITECTURES  # noqa: E402
+from kernels.engine.precision import FP8_MIN_CAPABILITY, check_fp8_row  # noqa: E402
 
 # Shared memory per block a launch may ask for (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 SHARED_MEMORY_LIMIT = {80: 166_912, 86: 101_376, 89: 101_376, 90: 232_448, 100: 232_448, 120: 101_376}
@@ -175,13 +183,17 @@ SOL_CASES = [
 ]
 
 
-# Cases built again with int8 exact blocks: both loops (TMA boxes and the pointer loop), text
-# blocks, padding, fp16 and d 64, a view of a fused qkv, Sol's pooled term, row-major blocks.
-INT8_CASES = ("psa wan720p tile, padded grid", "psa hunyuan single block, text", "psa hunyuan768p tile, fp16 d64",
-              "psa 30-token tiles", "sol 3D tiles, padded grid, text sinks", "sol 3D tiles, fp16 d64",
-              "sol row-major, ragged tail")
-INT8 = ", int8"
-assert set(INT8_CASES) <= {case[0] for case in PSA_CASES + SOL_CASES}, "INT8_CASES names a case that does not exist"
+# Cases built again with int8 and with fp8 exact blocks: both loops (TMA boxes and the pointer
+# loop), text blocks, padding, fp16 and d 64, a view of a fused qkv, Sol's pooled term,
+# row-major blocks.
+QUANTIZED_CASES = ("psa wan720p tile, padded grid", "psa hunyuan single block, text", "psa hunyuan768p tile, fp16 d64",
+                   "psa 30-token tiles", "sol 3D tiles, padded grid, text sinks", "sol 3D tiles, fp16 d64",
+                   "sol row-major, ragged tail")
+PRECISION_SUFFIXES = {"bf16": "", "int8": ", int8", "fp8": ", fp8"}
+assert set(QUANTIZED_CASES) <= {case[0] for case in PSA_CASES + SOL_CASES}, \
+    "QUANTIZED_CASES names a case that does not exist"
+# The kernels an fp8 launch gives float8e4nv codes to (the others are as in int8).
+FP8_KERNELS = ("_block_sparse_kernel", "_quantize_keys_kernel")
 
 KERNELS = ((portable, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
            (sol_gpu_routing, "_pool_kernel"), (sol_gpu_routing, "_route_kernel"),
@@ -189,18 +201,19 @@ KERNELS = ((portable, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_k
            (pair_streams, "_pair_steps_kernel"), (quantize, "_quantize_keys_kernel"))
 
 
-def capture_launches(config):
-    """Every kernel launch of the cases above under ``config``: [(case name, kernel, args, kw)]."""
+def capture_launches(config, precisions=tuple(PRECISION_SUFFIXES)):
+    """Every kernel launch of the cases above under ``config`` in ``precisions``: [(case name,
+    kernel, args, kw)]."""
     originals = {name: getattr(mod, name) for mod, name in KERNELS}
     captured = {name: CapturedLaunch(fn) for name, fn in originals.items()}
     for mod, name in KERNELS:
         setattr(mod, name, captured[name])
     launches = []
-    precisions = [("", "bf16"), (INT8, "int8")]
+    precisions = [(PRECISION_SUFFIXES[p], p) for p in precisions]
     try:
         for (suffix, precision), (name, grid, tile, extra, dtype, D, layout) in itertools.product(precisions,
                                                                                                  PSA_CASES):
-            if precision == "int8" and name not in INT8_CASES:
+            if precision != "bf16" and name not in QUANTIZED_CASES:
                 continue
             L = grid[0] * grid[1] * grid[2] + extra
             q, k, v = qkv(1, L, 2, D, dtype, layout)
@@ -211,7 +224,7 @@ def capture_launches(config):
                 c.calls.clear()
         for (suffix, precision), (name, L, grid, dtype, D, layout, estimator) in itertools.product(precisions,
                                                                                                   SOL_CASES):
-            if precision == "int8" and name not in INT8_CASES:
+            if precision != "bf16" and name not in QUANTIZED_CASES:
                 continue
             q, k, v = qkv(1, L, 2, D, dtype, layout)
             kernels.sol_attention(q, k, v, beta=1.0, grid=grid, estimator=estimator, config=config,
@@ -223,6 +236,27 @@ def capture_launches(config):
         for mod, name in KERNELS:
             setattr(mod, name, originals[name])
     return launches
+
+
+def fp8_allowed(config) -> bool:
+    """Whether ``precision`` takes "fp8" on this launch row."""
+    try:
+        check_fp8_row(config)
+    except ValueError:
+        return False
+    return True
+
+
+def precision_of(case: str) -> str:
+    """The precision a case name's suffix says (none: bf16)."""
+    return next((p for p, suffix in PRECISION_SUFFIXES.items() if suffix and case.endswith(suffix)), "bf16")
+
+
+def triton_refusal(exc: Exception):
+    """Triton's sentence when a launch failed because the architecture has no float8e4nv, else None."""
+    match = re.search(r"type fp8e4nv not supported in this architecture\.?(?: The supported fp8 dtypes are \([^)]*\))?",
+                      str(exc))
+    return match.group(0) if match else None
 
 
 def ptx_instructions(ptx: str) -> collections.Counter:
@@ -300,7 +334,14 @@ def main(argv=None) -> int:
         config = ARCHITECTURES[divmod(cap, 10)]
         limit = SHARED_MEMORY_LIMIT[cap]
         seen = set()
-        for case, launch, cargs, kw in capture_launches(config):
+        fp8_runs = fp8_allowed(config)
+        launches = [(*launch, False) for launch in capture_launches(config, tuple(
+            p for p in PRECISION_SUFFIXES if fp8_runs or p != "fp8"))]
+        if not fp8_runs:  # what Triton does with the fp8 launches the pack refuses here
+            launches += [(*launch, True) for launch in capture_launches(
+                dataclasses.replace(config, capability=FP8_MIN_CAPABILITY), ("fp8",))
+                if launch[1].fn.__name__ in FP8_KERNELS]
+        for case, launch, cargs, kw, refused in launches:
             kernel = launch.fn.__name__
             key = (kernel, case)
             if key in seen:
@@ -308,11 +349,17 @@ def main(argv=None) -> int:
             seen.add(key)
             ws = kernel == "_ws_block_sparse_kernel"
             row = {"arch": f"sm_{cap}", "triton": triton.__version__, "case": case, "kernel": kernel,
-                   "precision": "int8" if case.endswith(INT8) else "bf16",
+                   "precision": precision_of(case),
                    "tma": ws or bool(kw.get("TMA", False)), "warp_specialized": ws, "num_warps": kw.get("num_warps", 4),
                    "num_stages": kw.get("num_stages", 3), "limit": limit}
             try:
                 compiled = compile_call(launch.fn, cargs, kw, cap)
+                if refused:
+                    failures += 1
+                    row["error"] = "compiled, though precision refuses fp8 on this architecture"
+                    print(f"FAIL sm_{cap} {kernel} {case}: {row['error']}", flush=True)
+                    rows.append(row)
+                    continue
                 row.update(shared=compiled.metadata.shared, **resource_usage(compiled.asm["cubin"]))
                 instructions[f"sm_{cap} {kernel} {case}"] = ptx_instructions(compiled.asm["ptx"])
                 row["fits"] = row["shared"] <= limit
@@ -320,20 +367,27 @@ def main(argv=None) -> int:
                 print(f"{'ok  ' if row['fits'] else 'FAIL'} sm_{cap} {kernel:<21} {case}: TMA={row['tma']} WS={ws} "
                       f"shared {row['shared']} of {limit} bytes, {row['registers']} registers, "
                       f"stack {row['stack_bytes']} bytes", flush=True)
-            except Exception:  # report every case, fail at the end
-                failures += 1
-                row["error"] = traceback.format_exc(limit=3)[-2000:]
-                print(f"FAIL sm_{cap} {kernel} {case}:\n{traceback.format_exc()}", flush=True)
+            except Exception as exc:  # report every case, fail at the end
+                reason = triton_refusal(exc) if refused else None
+                if reason:
+                    row["refused_by_triton"] = reason
+                    print(f"refused sm_{cap} {kernel:<21} {case}: {reason}", flush=True)
+                else:
+                    failures += 1
+                    row["error"] = traceback.format_exc(limit=3)[-2000:]
+                    print(f"FAIL sm_{cap} {kernel} {case}:\n{traceback.format_exc()}", flush=True)
             rows.append(row)
     if args.json:
-        write_table(args.json, {"triton": triton.__version__, "int8_cases": list(INT8_CASES), "rows": rows})
+        write_table(args.json, {"triton": triton.__version__, "quantized_cases": list(QUANTIZED_CASES), "rows": rows})
     if args.ptx:
         with open(args.ptx, "w") as f:
             json.dump({"triton": triton.__version__, "launches": instructions}, f)
     if before is not None:
         for line in compare_instructions(before, instructions):
             print(line, flush=True)
-    print(f"{len(rows)} launches compiled, {failures} failed", flush=True)
+    refusals = sum("refused_by_triton" in row for row in rows)
+    print(f"{len(rows) - refusals} launches compiled, {failures} failed; {refusals} fp8 launches refused by Triton "
+          "where precision refuses fp8", flush=True)
     return 1 if failures else 0
 
 

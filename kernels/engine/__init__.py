@@ -11,12 +11,13 @@ lowers the mask to that backend's work form:
 
 ``launch_config`` holds the per-architecture launch configurations; ``launch_order`` the
 order programs run in; ``precision`` the precision of the exact blocks' QKᵀ ("bf16", "int8",
-or "auto": per architecture), with ``quantize`` the int8 operands. An int8 call always runs
-the portable kernel: on a launch row whose loop is the warp-specialised Hopper loop (sm_90)
-that loop has no int8 path yet, and the portable kernel (TMA boxes there) takes the call.
+"fp8", or "auto": per architecture), with ``quantize`` the int8 and fp8 operands. A quantized
+call always runs the portable kernel: on a launch row whose loop is the warp-specialised
+Hopper loop (sm_90) that loop has no quantized path yet, and the portable kernel (TMA boxes
+there) takes the call.
 
 Scratch memory: a caller that allocates work memory per head (Sol's pooled means, its mask
-and the engine's work form of it; int8 keys, for both methods) runs its heads in groups whose
+and the engine's work form of it; quantized keys, for both methods) runs its heads in groups whose
 scratch stays within ``SCRATCH_SHARE`` of the output's bytes (:func:`head_groups`), each group
 freed before the next is allocated.
 """
@@ -36,7 +37,7 @@ from .id_lists import id_list_bytes
 from .launch_config import LaunchConfig, config_for_device
 from .pair_streams import pair_stream_bytes
 from .portable import portable_attention
-from .precision import resolve_precision
+from .precision import QUANTIZED_PRECISIONS, resolve_precision
 from .quantize import quantize_keys, quantized_key_bytes, shifted
 from .tile_loop import tma_sub_frames
 
@@ -93,8 +94,8 @@ def query_tile_rows(layout: BlockLayout) -> int:
 def _hopper_loop_runs(q, k, v, layout: BlockLayout, *, pooled: bool, config: LaunchConfig,
                       precision: str) -> bool:
     """Whether a call runs the warp-specialised Hopper loop (else the portable kernel): never
-    with int8 exact blocks, which that loop has no path for."""
-    if not config.warp_specialized or precision == "int8":
+    with quantized (int8, fp8) exact blocks, which that loop has no path for."""
+    if not config.warp_specialized or precision in QUANTIZED_PRECISIONS:
         return False
     hopper = load_hopper_loop()
     sub_frames = tma_sub_frames(layout.tile) if config.tma else None
@@ -106,12 +107,13 @@ def work_bytes_per_head(q, k, v, layout: BlockLayout, *, pooled: bool, config: O
                         precision: str = "bf16") -> int:
     """Device memory the backend that runs a call needs for one head of one batch entry of a
     mask of one call: its work form (id lists or pair streams) and, with ``precision``
-    "int8" (resolved: not "auto"), the quantized keys (``quantize.quantized_key_bytes``)."""
+    "int8" or "fp8" (resolved: not "auto"), the quantized keys (``quantize.quantized_key_bytes``)."""
     config = config or config_for_device(q.device)
     if _hopper_loop_runs(q, k, v, layout, pooled=pooled, config=config, precision=precision) \
             and query_tile_rows(layout) == 64:
         return pair_stream_bytes(layout.n_blocks)
-    keys = quantized_key_bytes(layout, q.shape[3], q.element_size(), pooled) if precision == "int8" else 0
+    keys = quantized_key_bytes(layout, q.shape[3], q.element_size(), pooled) \
+        if precision in QUANTIZED_PRECISIONS else 0
     return id_list_bytes(layout.n_blocks) + keys
 
 
@@ -124,10 +126,9 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
     (allocated (B, L, H, D) when None). ``config``: the architecture's launch configuration
     (``launch_config``; default: the device's). ``precision``: of the exact blocks' QKᵀ,
     "auto" (``precision.AUTO_PRECISION``'s row of ``config``: Sol's with ``pooled``, else PSA's),
-    "bf16" (the input dtype) or
-    "int8" (``quantize``: the keys of these heads are quantized here, smoothed by
-    ``key_mean`` (B, Hg, D) float32 when the caller has it, else by ``quantize.key_means``;
-    the portable kernel runs the call)."""
+    "bf16" (the input dtype), "int8" or "fp8" (``quantize``: the keys of these heads are
+    quantized here, smoothed by ``key_mean`` (B, Hg, D) float32 when the caller has it, else by
+    ``quantize.key_means``; the portable kernel runs the call; "fp8" needs sm_89 or later)."""
     lay = mask.layout
     config = config or config_for_device(q.device)
     precision = resolve_precision(precision, config, "psa" if pooled is None else "sol").precision
@@ -135,8 +136,8 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
         out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None
     block_m = query_tile_rows(lay)
-    if precision == "int8":
-        keys = quantize_keys(k, lay, head_base, mask.num_heads, key_mean)
+    if precision in QUANTIZED_PRECISIONS:
+        keys = quantize_keys(k, lay, head_base, mask.num_heads, key_mean, precision)
         pooled = None if pooled is None else shifted(pooled, keys.mean)
         return portable_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base, pooled=pooled,
                                   config=config, block_m=block_m, sub_frames=sub_frames, keys=keys)

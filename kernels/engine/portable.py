@@ -12,9 +12,10 @@ The output is written in place, in the caller's token order. Programs run in the
 order (axis 0) for every batch entry (axis 1). A ``head_base`` lets one call cover a group of
 heads (Sol runs its heads in groups to bound its scratch memory, see ``sol``).
 
-With int8 keys (``quantize.QuantizedKeys``, ``precision`` "int8") the exact loops read the
-group's key codes instead of k, and the program quantizes its query tile itself after loading
-it (``quantize.quantize_query_tile``): the pooled term keeps the tile in the input dtype.
+With quantized keys (``quantize.QuantizedKeys``, ``precision`` "int8" or "fp8") the exact loops
+read the group's key codes instead of k, and the program quantizes its query tile itself, in
+the same code format, after loading it (``quantize.quantize_query_tile``): the pooled term
+keeps the tile in the input dtype.
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from ..block_mask import BlockMask, PooledBlocks
 from .id_lists import id_lists
 from .launch_args import grid_geometry, strides
 from .launch_config import LaunchConfig
-from .quantize import QuantizedKeys, quantize_query_tile
+from .quantize import CODE_FORMATS, QuantizedKeys, quantize_query_tile
 from .tile_loop import (
     NEG_BIG,
     attend_gathered_blocks,
@@ -40,6 +41,8 @@ from .tile_loop import (
     row_offset_dtype,
     tma_box_origin,
 )
+
+CODE_DTYPES = {code.torch_dtype: code.triton_dtype for code in CODE_FORMATS.values()}  # codes' torch -> Triton dtype
 
 
 @triton.jit
@@ -60,9 +63,10 @@ def _block_sparse_kernel(
     TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
     GRID_PADDED: tl.constexpr, POOLED: tl.constexpr, POOL_CHUNK: tl.constexpr, QUANTIZED: tl.constexpr,
+    CODE_DTYPE: tl.constexpr,
 ):
-    # K: k, or (QUANTIZED) the int8 key codes of the group's heads only, with their (B, Hg, NB)
-    # scales in K_SCALES.
+    # K: k, or (QUANTIZED) the key codes (CODE_DTYPE: int8 or float8e4nv) of the group's heads
+    # only, with their (B, Hg, NB) scales in K_SCALES.
     work = tl.load(WORK + tl.program_id(0))
     hq = work // tiles_per_block
     q_tile = work % tiles_per_block
@@ -78,9 +82,9 @@ def _block_sparse_kernel(
     q = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
     if QUANTIZED:
-        # The tile's int8 codes and scale (engine.quantize); q itself stays for the pooled term.
+        # The tile's codes and scale (engine.quantize); q itself stays for the pooled term.
         q_nan = tl.max((q != q).to(tl.int32), 1) > 0
-        q_exact, q_scale = quantize_query_tile(q, row_ok)
+        q_exact, q_scale = quantize_query_tile(q, row_ok, CODE_DTYPE)
         score_scale = q_scale * qk_scale_log2
         hk = hq // num_blocks  # the codes hold the group's heads only
         k_heads = group_heads
@@ -134,9 +138,9 @@ def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Ten
                        pooled: PooledBlocks | None, config: LaunchConfig, block_m: int,
                        sub_frames: int | None, keys: QuantizedKeys | None = None) -> torch.Tensor:
     """``engine.block_sparse_attention`` with the portable kernel: the mask lowered to id lists
-    of ``block_m``-row tiles; TMA boxes of ``sub_frames`` frames where given; int8 exact
-    blocks when ``keys`` holds the group's quantized keys (the pooled keys then already
-    shifted by their mean, ``quantize.shifted``)."""
+    of ``block_m``-row tiles; TMA boxes of ``sub_frames`` frames where given; quantized exact
+    blocks when ``keys`` holds the group's quantized keys, in the format of their codes (int8
+    or fp8; the pooled keys then already shifted by their mean, ``quantize.shifted``)."""
     lay = mask.layout
     B, L, H, D = q.shape
     lists = id_lists(mask, block_m)
@@ -154,7 +158,7 @@ def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Ten
             Q=q, K=k_read, V=v, O=out, K_DESC=k_desc, V_DESC=v_desc,
             WORK=lists.work, COUNTS=mask.counts, IDS=lists.ids, ROW_MAP=lay.row_map,
             K_POOL=pool.k_mean, V_POOL=pool.v_mean, LOG2_LEN=pool.log2_len, ROUTED_BITS=bits,
-            K_SCALES=pool.log2_len if keys is None else keys.scales,  # unused without int8 keys
+            K_SCALES=pool.log2_len if keys is None else keys.scales,  # unused without quantized keys
             **strides(q=q, k=k_read, v=v, o=out),
             num_heads=H, head_base=head_base, group_heads=mask.num_heads, num_blocks=lay.n_blocks,
             tiles_per_block=lists.tiles_per_block,
@@ -168,6 +172,7 @@ def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Ten
             V_HEADS_IN_COLUMNS=bool(descs and descs[1][1]), SUB_T=sub_frames or 1,
             GRID_PADDED=lay.padded or bt % block_n != 0, POOLED=pooled is not None,
             POOL_CHUNK=config.pool_chunk, QUANTIZED=keys is not None,
+            CODE_DTYPE=None if keys is None else CODE_DTYPES[keys.codes.dtype],
             num_warps=config.psa_warps if block_m > 64 else config.sol_warps,
             num_stages=config.num_stages,
         )

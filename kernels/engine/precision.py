@@ -6,12 +6,16 @@
   accumulation (``engine.quantize``; float reference ``quantized_reference``). P·V, Sol's
   routing and its pooled term stay in the input dtype. The portable kernel runs these calls
   on every architecture: on a launch row whose loop is the warp-specialised Hopper loop
-  (sm_90) that loop has no int8 path, and the portable kernel (TMA boxes) takes the call;
+  (sm_90) that loop has no quantized path, and the portable kernel (TMA boxes) takes the call;
+- ``"fp8"``: the same structure in float8 e4m3 (per-block scale = amax / 448), QKᵀ on fp8
+  tensor cores with float32 accumulation; P·V stays in the input dtype. fp8 MMAs exist from
+  sm_89 on (sm_89, sm_90, sm_100, sm_120); Triton refuses float8e4nv on sm_80 and sm_86, so
+  "fp8" is refused on those launch rows with an error naming the alternative
+  (:func:`check_fp8_row`), never run as something else. Built and tested on the CPU
+  (interpreter, compiled for every architecture), not yet measured on a GPU;
 - ``"auto"``: the row of :data:`AUTO_PRECISION` for the GPU's architecture (the launch row's
   capability, ``launch_config.row_capability``) and the method (``"sol"``: a mask with Sol's
   pooled term; ``"psa"``: a static mask), logged once per architecture and method.
-
-``"fp8"`` has no kernel path yet: it is refused by name, never run as something else.
 
 ``AUTO_PRECISION`` is measured, not assumed. Each launch row was forced on an H100
 (``benchmarks/bench_kernels.py --precisions bf16,int8 --archs ...``; the Hopper row with
@@ -20,7 +24,8 @@ tokens, 40 heads, d 128), and the error each adds measured on the video-like wor
 (``benchmarks/fidelity.py --precisions bf16,int8 --psa-preset ...``): int8 adds 0.0002-0.0005
 rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and to PSA's 0.29-0.33 with the Wan 720p preset,
 inside the bound ``auto`` keeps (0.002 absolute, 25 % relative). So only speed decides:
-int8 is picked where it ran faster, and a row never forced stays bf16. The results files
+int8 is picked where it ran faster, and a row never forced stays bf16. Nothing of fp8 is
+measured, so ``auto`` never picks it. The results files
 (``benchmarks/results/int8_arch_rows_h100.json``, ``int8_loops_h100.json``,
 ``fidelity_int8_h100.json``, ``fidelity_psa_int8_h100_layer*.json``) hold the commands.
 """
@@ -35,13 +40,14 @@ from .launch_config import ARCHITECTURES, LaunchConfig, config_for_device, row_c
 
 log = logging.getLogger("sparse_video_attention.kernels")
 
-__all__ = ["PRECISIONS", "KERNEL_PRECISIONS", "METHODS", "AUTO_PRECISION", "PrecisionChoice", "check_precision",
-           "resolve_precision", "precision_for_device"]
+__all__ = ["PRECISIONS", "KERNEL_PRECISIONS", "QUANTIZED_PRECISIONS", "METHODS", "AUTO_PRECISION",
+           "PrecisionChoice", "check_precision", "check_fp8_row", "resolve_precision", "precision_for_device"]
 
-PRECISIONS = ("auto", "bf16", "int8")   # what a kernel call may name
-KERNEL_PRECISIONS = ("bf16", "int8")    # what runs (and what a reference takes)
-METHODS = ("sol", "psa")                # the rows of a capability in AUTO_PRECISION
-NOT_YET = {"fp8": "'fp8' has no kernel path yet"}
+PRECISIONS = ("auto", "bf16", "int8", "fp8")   # what a kernel call may name
+KERNEL_PRECISIONS = ("bf16", "int8", "fp8")    # what runs (and what a reference takes)
+QUANTIZED_PRECISIONS = ("int8", "fp8")         # the portable kernel's QUANTIZED variant (engine.quantize)
+METHODS = ("sol", "psa")                       # the rows of a capability in AUTO_PRECISION
+FP8_MIN_CAPABILITY = (8, 9)                    # the first architecture with fp8 tensor cores (Ada)
 
 
 @dataclass(frozen=True)
@@ -87,13 +93,10 @@ AUTO_PRECISION = {
 
 
 def check_precision(value, name: str = "precision", choices=PRECISIONS) -> str:
-    """``value`` when it is one of ``choices``; else a ValueError naming ``name`` (a precision
-    without a kernel path yet says so)."""
+    """``value`` when it is one of ``choices``; else a ValueError naming ``name``."""
     if isinstance(value, str) and value in choices:
         return value
     listed = ", ".join(repr(c) for c in choices)
-    if isinstance(value, str) and value in NOT_YET:
-        raise ValueError(f"{name}: {NOT_YET[value]}; choose one of {listed}")
     raise ValueError(f"{name}: expected one of {listed}, got {shown(value)}")
 
 
@@ -101,6 +104,15 @@ def check_method(method) -> str:
     if method not in METHODS:
         raise ValueError(f"method: expected one of {', '.join(repr(m) for m in METHODS)}, got {shown(method)}")
     return method
+
+
+def check_fp8_row(config: LaunchConfig) -> None:
+    """A ValueError naming ``precision`` when ``config``'s architecture has no fp8 tensor cores
+    (before sm_89: Triton refuses float8e4nv there, so nothing could run it)."""
+    cap = tuple(config.capability)
+    if cap < FP8_MIN_CAPABILITY:
+        raise ValueError(f"precision: 'fp8' needs fp8 tensor cores (sm_89 or later), and sm_{cap[0]}{cap[1]} "
+                         f"(the {config.name} launch row) has none: choose 'int8' (or 'bf16', or 'auto')")
 
 
 @functools.lru_cache(maxsize=32)
@@ -115,15 +127,17 @@ def _logged_auto(capability: tuple, method: str) -> PrecisionChoice:
 def resolve_precision(precision, config: LaunchConfig, method: str) -> PrecisionChoice:
     """What a ``method`` call ("sol" or "psa") asking for ``precision`` runs with the launch
     row ``config``: ``auto``'s row (logged once per architecture and method) or the precision
-    asked for; the reason says when the portable kernel takes an int8 call from the
-    warp-specialised Hopper loop."""
+    asked for ("fp8" refused before sm_89, :func:`check_fp8_row`); the reason says when the
+    portable kernel takes a quantized call from the warp-specialised Hopper loop."""
     precision = check_precision(precision)
     method = check_method(method)
+    if precision == "fp8":
+        check_fp8_row(config)
     choice = (_logged_auto(tuple(config.capability), method) if precision == "auto"
               else PrecisionChoice(precision, "asked for"))
-    if choice.precision == "int8" and config.warp_specialized:
-        choice = PrecisionChoice("int8", f"{choice.reason}; the portable kernel runs these calls: the "
-                                         "warp-specialised Hopper loop has no int8 path")
+    if choice.precision in QUANTIZED_PRECISIONS and config.warp_specialized:
+        choice = PrecisionChoice(choice.precision, f"{choice.reason}; the portable kernel runs these calls: the "
+                                                   f"warp-specialised Hopper loop has no {choice.precision} path")
     return choice
 
 

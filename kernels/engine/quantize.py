@@ -1,7 +1,9 @@
-"""The int8 operands of the exact blocks' QKᵀ (``precision`` "int8"; float reference:
-``quantized_reference``, whose int8 operands are bit-identical to these).
+"""The quantized operands of the exact blocks' QKᵀ (``precision`` "int8" or "fp8"; float
+reference: ``quantized_reference``, whose codes and scales are bit-identical to these).
 
-Keys, per (batch, head), are smoothed, then quantized per key block of the ``BlockLayout``:
+Both formats share one structure (:data:`CODE_FORMATS`: the codes' dtype and their bound B,
+127 for int8, 448 for float8 e4m3). Keys, per (batch, head), are smoothed, then quantized per
+key block of the ``BlockLayout``:
 
 - smoothing mean m (D,) float32: the mean of k over the sequence's tokens, summed in float64
   (exact for half-precision inputs of any usual range, so the kernels' sum and the
@@ -9,24 +11,35 @@ Keys, per (batch, head), are smoothed, then quantized per key block of the ``Blo
   pooling pass writes the float64 block sums on its way (``sol_gpu_routing.pool_blocks``);
   PSA, with no pass over k of its own, sums with PyTorch (:func:`key_means`);
 - per key block j, over its real tokens (padding slots are left out): d = k − m in float32,
-  a_j = max |d|, s_j = a_j / 127, code = floor(d / s_j + 0.5) in [−127, 127]
-  (:func:`int8_range`, :func:`int8_scale`, :func:`int8_codes`).
+  a_j = max |d|, s_j = a_j / B, y = d / s_j, code = the rounding of y
+  (:func:`code_range`, :func:`code_scale`, :func:`encode`): int8 floor(y + 0.5) in
+  [−127, 127]; fp8 the nearest e4m3 value, ties to even (:func:`e4m3_grid`).
 
 Queries are quantized the same way (without smoothing) per query tile, the ``block_m`` rows
 a program of the portable kernel owns, inside that kernel (:func:`quantize_query_tile`): the
-tile is resident there, so this costs no pass over q and no scratch. The exact logit of (row r, key t of block j) is
-dot(code_q, code_k) in int32 times s_q · s_j · the softmax scale. Subtracting m changes
-every logit of a row by the same q·m, which softmax ignores, provided every column of the row
-sees it: Sol's pooled keys become K̄_j − m, rounded to the input dtype (:func:`shifted`).
+tile is resident there, so this costs no pass over q and no scratch. The exact logit of (row
+r, key t of block j) is dot(code_q, code_k) (int32, or float32 accumulation for fp8) times
+s_q · s_j · the softmax scale. Subtracting m changes every logit of a row by the same q·m,
+which softmax ignores, provided every column of the row sees it: Sol's pooled keys become
+K̄_j − m, rounded to the input dtype (:func:`shifted`).
 
 The rounding, exactly: both divisions are IEEE round-to-nearest (``tl.math.div_rn``, PTX
-``div.rn.f32``), then + 0.5 (``add.f32``: no multiply, so nothing is fused into an FMA) and
-``floor`` (``cvt.rmi``). The result is an integer in [−127, 127] (|d| / s_j ≤ 127·(1 + 2⁻²³)²
-< 127.5), so the conversion to int8 is exact; that conversion alone would truncate toward zero
-(``.to(tl.int8)`` compiles to ``cvt.rzi.s16.f32`` and a byte store, which wraps outside the
-int8 range, and the interpreter's numpy cast truncates too). A block of zeros has s_j = 0 and
-codes 0; a block with a NaN or an infinity has s_j = NaN (codes 0), so NaN in gives NaN out,
-for the whole head when it is in k (m is NaN), for the query tile's rows when it is in q.
+``div.rn.f32``), and |y| <= B·(1 + 2⁻²³)². int8: then + 0.5 (``add.f32``: no multiply, so
+nothing is fused into an FMA) and ``floor`` (``cvt.rmi``); the result is an integer in
+[−127, 127] (< 127.5), so the conversion to int8 is exact; that conversion alone would
+truncate toward zero (``.to(tl.int8)`` compiles to ``cvt.rzi.s16.f32`` and a byte store, which
+wraps outside the int8 range, and the interpreter's numpy cast truncates too). fp8: y is
+rounded to the e4m3 grid in float32 arithmetic (:func:`e4m3_grid`; |y| < 464, so to at most
+448 and the saturation never acts), and the conversion to float8e4nv is then exact. Left to
+the conversion alone, the rounding would differ by architecture and in the interpreter:
+Triton compiles fp32 → float8e4nv to ``cvt.rn.satfinite.e4m3x2.f32`` on sm_90, sm_100 and
+sm_120 but to ``cvt.rz.f16.f32`` then ``cvt.rn.satfinite.e4m3x2.f16x2`` on sm_89 (a double
+rounding: a value just above a tie lands on it, then goes to even), and the interpreter's
+conversion rounds ties away and can carry a mantissa overflow into the wrong exponent
+(31.6 → 16); Triton refuses float8e4nv on sm_80 and sm_86 (``precision`` refuses "fp8"
+there). A block of zeros has s_j = 0 and codes 0; a block with a NaN or an infinity has
+s_j = NaN (codes 0), so NaN in gives NaN out, for the whole head when it is in k (m is NaN),
+for the query tile's rows when it is in q.
 """
 from __future__ import annotations
 
@@ -41,15 +54,42 @@ from .._device import device_guard
 from .._triton_common import head_offset
 from ..block_mask import BlockLayout, PooledBlocks
 
-__all__ = ["QuantizedKeys", "quantize_keys", "key_means", "mean_of_sums", "shifted", "quantized_key_bytes",
-           "quantize_query_tile", "int8_range", "int8_scale", "int8_codes"]
+__all__ = ["CodeFormat", "CODE_FORMATS", "QuantizedKeys", "quantize_keys", "key_means", "mean_of_sums", "shifted",
+           "quantized_key_bytes", "quantize_query_tile", "code_range", "code_scale", "encode", "e4m3_grid"]
 
-INT8_MAX = tl.constexpr(127.0)
 KEY_CHUNK = 64  # key slots per step of _quantize_keys_kernel
 
 
+@dataclass(frozen=True)
+class CodeFormat:
+    """The codes of one quantized ``precision``: their torch and Triton dtypes and ``bound``,
+    the code a block's largest |x| maps to (the scale is that |x| / bound)."""
+
+    precision: str
+    torch_dtype: torch.dtype
+    triton_dtype: object
+    bound: float
+
+
+CODE_FORMATS = {
+    "int8": CodeFormat("int8", torch.int8, tl.int8, 127.0),
+    # 448: the largest finite float8 e4m3fn (the "fn" format has no infinities; 0x7F is NaN).
+    "fp8": CodeFormat("fp8", torch.float8_e4m3fn, tl.float8e4nv, 448.0),
+}
+
+
 @triton.jit
-def int8_range(x, keep):
+def code_bound(CODE_DTYPE: tl.constexpr):
+    """What a tile's largest |x| becomes: 127 for int8 codes, 448 for float8 e4m3 ones."""
+    if CODE_DTYPE == tl.int8:
+        bound = 127.0
+    else:
+        bound = 448.0
+    return bound
+
+
+@triton.jit
+def code_range(x, keep):
     """(largest |x| over the finite entries where ``keep``, whether a kept entry is NaN or
     infinite) of a 2D float32 tile."""
     mag = tl.where(keep, tl.abs(x), 0.0)
@@ -60,29 +100,51 @@ def int8_range(x, keep):
 
 
 @triton.jit
-def int8_scale(amax, bad):
-    """(the scale kept with the codes: amax / 127, NaN for a tile with a non-finite entry;
-    the divisor of the codes: that scale, or 1 for an all-zero or non-finite tile)."""
-    scale = tl.math.div_rn(amax, INT8_MAX)
+def code_scale(amax, bad, CODE_DTYPE: tl.constexpr):
+    """(the scale kept with the codes: amax / the code bound, NaN for a tile with a non-finite
+    entry; the divisor of the codes: that scale, or 1 for an all-zero or non-finite tile)."""
+    scale = tl.math.div_rn(amax, code_bound(CODE_DTYPE))
     divisor = tl.where((amax > 0) & (bad == 0), scale, 1.0)
     return tl.where(bad, float("nan"), scale), divisor
 
 
 @triton.jit
-def int8_codes(x, divisor, bad):
-    """floor(x / divisor + 0.5) as int8 (0 everywhere in a tile with a non-finite entry)."""
-    y = tl.math.div_rn(tl.where(bad, 0.0, x), divisor)
-    return tl.floor(y + 0.5).to(tl.int8)
+def e4m3_grid(y):
+    """Finite float32 ``y`` rounded to the nearest float8 e4m3 value, ties to even, at most
+    ±448 (round-to-nearest with saturation, as ``cvt.rn.satfinite`` and PyTorch's conversion
+    to float8_e4m3fn round), still in float32: the spacing u of e4m3 values at |y| (2^(e−3) for
+    2^e <= |y|, e >= −6; 2^−9 below) is made the unit in the last place of |y| + 1.5·2²³·u, so
+    the float32 addition rounds (ties to even) and the subtraction is exact. Two additions, no
+    multiply: nothing for fp-fusion to fuse. The sign is copied back bit for bit (−0 stays −0)."""
+    bits = y.to(tl.int32, bitcast=True)
+    mag = tl.abs(y)
+    biased = tl.maximum((bits >> 23) & 0xFF, 127 - 6)  # the exponent of |y|, at least e4m3's smallest normal
+    magic = (((biased + 20) << 23) | 0x400000).to(tl.float32, bitcast=True)  # 1.5·2^(23 + e − 3)
+    rounded = tl.minimum((mag + magic) - magic, 448.0)
+    return (rounded.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def quantize_query_tile(q, row_ok):
-    """(codes int8, scale float32) of a query tile ``q`` (BLOCK_M, D) whose rows ``row_ok``
-    hold tokens (the others are zeros): one scale for the tile, no smoothing."""
+def encode(x, divisor, bad, CODE_DTYPE: tl.constexpr):
+    """The codes of x / divisor (0 everywhere in a tile with a non-finite entry): int8
+    floor(x / divisor + 0.5), float8 e4m3 the nearest value (:func:`e4m3_grid`, then converted
+    exactly)."""
+    y = tl.math.div_rn(tl.where(bad, 0.0, x), divisor)
+    if CODE_DTYPE == tl.int8:
+        codes = tl.floor(y + 0.5).to(tl.int8)
+    else:
+        codes = e4m3_grid(y).to(CODE_DTYPE)
+    return codes
+
+
+@triton.jit
+def quantize_query_tile(q, row_ok, CODE_DTYPE: tl.constexpr):
+    """(codes of ``CODE_DTYPE``, scale float32) of a query tile ``q`` (BLOCK_M, D) whose rows
+    ``row_ok`` hold tokens (the others are zeros): one scale for the tile, no smoothing."""
     x = q.to(tl.float32)
-    amax, bad = int8_range(x, row_ok[:, None])
-    scale, divisor = int8_scale(amax, bad)
-    return int8_codes(x, divisor, bad), scale
+    amax, bad = code_range(x, row_ok[:, None])
+    scale, divisor = code_scale(amax, bad, CODE_DTYPE)
+    return encode(x, divisor, bad, CODE_DTYPE), scale
 
 
 @triton.jit
@@ -102,7 +164,7 @@ def _quantize_keys_kernel(
     K, MEAN, CODES, SCALES, ROW_MAP,
     stride_kb, stride_kn, stride_kh, stride_cb, stride_cn, stride_ch,
     head_base, group_heads, num_blocks,
-    HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, CHUNK: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, CHUNK: tl.constexpr, CODE_DTYPE: tl.constexpr,
 ):
     # One program per (key block, batch·head of the group): the block's scale over its real
     # tokens in a first walk, its codes in a second (the block's rows come back from L2).
@@ -120,22 +182,23 @@ def _quantize_keys_kernel(
     bad = tl.zeros([], dtype=tl.int1)
     for c0 in range(0, BLOCK_TOKENS, CHUNK):
         d, ok, _ = _smoothed_rows(k_base, stride_kn, ROW_MAP, blk, c0, mean, offs_c, offs_d, BLOCK_TOKENS)
-        chunk_max, chunk_bad = int8_range(d, ok[:, None])
+        chunk_max, chunk_bad = code_range(d, ok[:, None])
         amax = tl.maximum(amax, chunk_max)
         bad = bad | chunk_bad
-    scale, divisor = int8_scale(amax, bad)
+    scale, divisor = code_scale(amax, bad, CODE_DTYPE)
     for c0 in range(0, BLOCK_TOKENS, CHUNK):
         d, ok, rows = _smoothed_rows(k_base, stride_kn, ROW_MAP, blk, c0, mean, offs_c, offs_d, BLOCK_TOKENS)
-        tl.store(c_base + rows[:, None] * stride_cn + offs_d[None, :], int8_codes(d, divisor, bad), mask=ok[:, None])
+        tl.store(c_base + rows[:, None] * stride_cn + offs_d[None, :], encode(d, divisor, bad, CODE_DTYPE),
+                 mask=ok[:, None])
     tl.store(SCALES + bh.to(tl.int64) * num_blocks + blk, scale)
 
 
 @dataclass(frozen=True)
 class QuantizedKeys:
-    """k of a group of heads as the int8 exact blocks read it: ``codes`` int8 (B, L, Hg, D) in
-    token order (read through the layout's slot map, or TMA boxes, as k is), ``scales``
-    float32 (B, Hg, NB), one per key block, ``mean`` float32 (B, Hg, D), the smoothing mean
-    subtracted before quantizing."""
+    """k of a group of heads as the quantized exact blocks read it: ``codes`` (B, L, Hg, D),
+    int8 or float8_e4m3fn (:data:`CODE_FORMATS`), in token order (read through the layout's
+    slot map, or TMA boxes, as k is), ``scales`` float32 (B, Hg, NB), one per key block,
+    ``mean`` float32 (B, Hg, D), the smoothing mean subtracted before quantizing."""
 
     codes: torch.Tensor
     scales: torch.Tensor
@@ -157,12 +220,14 @@ def key_means(k: torch.Tensor, head_base: int, group_heads: int) -> torch.Tensor
 
 
 def quantize_keys(k: torch.Tensor, layout: BlockLayout, head_base: int, group_heads: int,
-                  mean: Optional[torch.Tensor] = None) -> QuantizedKeys:
-    """The :class:`QuantizedKeys` of heads head_base .. + Hg of k (B, L, H, D); ``mean``: their
-    smoothing means (default :func:`key_means`)."""
+                  mean: Optional[torch.Tensor] = None, precision: str = "int8") -> QuantizedKeys:
+    """The :class:`QuantizedKeys` of heads head_base .. + Hg of k (B, L, H, D) in the codes of
+    ``precision`` ("int8" or "fp8", :data:`CODE_FORMATS`); ``mean``: their smoothing means
+    (default :func:`key_means`)."""
+    code = CODE_FORMATS[precision]
     B, L, _, D = k.shape
     mean = key_means(k, head_base, group_heads) if mean is None else mean.to(torch.float32).contiguous()
-    codes = torch.empty((B, L, group_heads, D), device=k.device, dtype=torch.int8)
+    codes = torch.empty((B, L, group_heads, D), device=k.device, dtype=code.torch_dtype)
     scales = torch.empty((B, group_heads, layout.n_blocks), device=k.device, dtype=torch.float32)
     with device_guard(k):
         _quantize_keys_kernel[(layout.n_blocks, B * group_heads)](
@@ -171,7 +236,7 @@ def quantize_keys(k: torch.Tensor, layout: BlockLayout, head_base: int, group_he
             stride_cb=codes.stride(0), stride_cn=codes.stride(1), stride_ch=codes.stride(2),
             head_base=head_base, group_heads=group_heads, num_blocks=layout.n_blocks,
             HEAD_DIM=D, BLOCK_TOKENS=layout.block_tokens,
-            CHUNK=min(KEY_CHUNK, triton.next_power_of_2(layout.block_tokens)),
+            CHUNK=min(KEY_CHUNK, triton.next_power_of_2(layout.block_tokens)), CODE_DTYPE=code.triton_dtype,
         )
     return QuantizedKeys(codes, scales, mean)
 
@@ -184,7 +249,7 @@ def shifted(pooled: PooledBlocks, mean: torch.Tensor) -> PooledBlocks:
 
 
 def quantized_key_bytes(layout: BlockLayout, head_dim: int, itemsize: int, pooled: bool) -> int:
-    """Device memory of one head of one batch entry's int8 keys: codes, scales, mean, and the
-    shifted pooled keys of Sol's term (``pooled``)."""
+    """Device memory of one head of one batch entry's quantized keys (one byte a code, int8 or
+    fp8): codes, scales, mean, and the shifted pooled keys of Sol's term (``pooled``)."""
     n = layout.n_blocks
     return layout.n_tokens * head_dim + 4 * n + 4 * head_dim + (n * head_dim * itemsize if pooled else 0)

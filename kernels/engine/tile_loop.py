@@ -15,10 +15,11 @@ running sum ``l_i`` and accumulator ``acc``:
   s·q·K̄_j + log(len_j): exp(s·q·K̄_j)·len_j in the denominator and the same times V̄_j in the
   numerator (len_j·V̄_j is the block's value sum, which as a float16 operand would overflow).
 
-The exact loops take their QKᵀ operands in the input dtype, or in int8 (``QUANTIZED``,
-``precision`` "int8", ``engine.quantize``): the int32 dot times the query tile's scale, the
-softmax scale (both in ``score_scale``) and the key block's scale (:func:`exact_scores`).
-P·V stays in the input dtype either way.
+The exact loops take their QKᵀ operands in the input dtype, or as codes (``QUANTIZED``,
+``precision`` "int8" or "fp8", ``engine.quantize``; the codes' dtype is the key pointers'):
+the dot of the codes (int32, or float32 accumulation for float8 e4m3) times the query tile's
+scale, the softmax scale (both in ``score_scale``) and the key block's scale
+(:func:`exact_scores`). P·V stays in the input dtype either way.
 
 Masking is an additive bias on the scaled scores (0 or -inf), one fused multiply-add per
 element, so a padded tile costs no more than a full one. ``m_i`` starts at a large finite
@@ -50,9 +51,12 @@ def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
 @triton.jit
 def exact_scores(q, k, score_scale, key_scales, blk, DOT_DTYPE: tl.constexpr, QUANTIZED: tl.constexpr):
     """Scores (log2 domain) of a query tile against key rows ``k`` of block ``blk``: q·kᵀ
-    times ``score_scale``; with int8 operands (QUANTIZED) the int32 dot times ``score_scale``
-    (the query tile's scale times the softmax scale) and the key block's scale at
-    ``key_scales + blk``. The int32 sum is exact in float32 (|sum| <= 127² · 128 < 2²⁴)."""
+    times ``score_scale``; with codes (QUANTIZED: int8 or float8 e4m3, q and k alike) their dot
+    times ``score_scale`` (the query tile's scale times the softmax scale) and the key block's
+    scale at ``key_scales + blk``. An int8 dot is an exact int32 sum, and exact in float32
+    (|sum| <= 127² · 128 < 2²⁴); a float8 dot accumulates in float32 (on sm_90 Triton lets
+    wgmma accumulate fp8 at the tensor cores' own, lower, precision: its default
+    ``max_num_imprecise_acc``)."""
     if QUANTIZED:
         s = tl.dot(q, tl.trans(k)).to(tl.float32) * (score_scale * tl.load(key_scales + blk))
     else:
@@ -86,7 +90,7 @@ def attend_gathered_blocks(
     slots or the tile is cut by BLOCK_N (their scores become -inf). OFFSET_DTYPE is int32
     whenever every row offset of one (batch, head) fits (the host checks), since 64-bit address
     arithmetic on every tile element costs twice the instructions. ``score_scale``,
-    ``key_scales``, QUANTIZED: :func:`exact_scores` (k then points at int8 codes).
+    ``key_scales``, QUANTIZED: :func:`exact_scores` (k then points at the key codes).
     """
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
@@ -128,7 +132,7 @@ def attend_tma_boxes(
     may differ. PADDED: the grid has tiles sticking out of (tokens_t, tokens_h, tokens_w); the
     copy engine fills the outside rows with zeros and their scores become -inf here, from the
     box coordinates alone. ``score_scale``, ``key_scales``, QUANTIZED: :func:`exact_scores`
-    (``k_desc`` then describes int8 codes).
+    (``k_desc`` then describes the key codes).
     """
     SUB: tl.constexpr = TILE_T // SUB_T
     BLOCK_N: tl.constexpr = SUB_T * TILE_H * TILE_W

@@ -1,7 +1,8 @@
 """GPU suite (run on the H200 through the device tool; skipped without CUDA by conftest):
 bf16 kernels vs the float references at full sequence sizes, output memory poisoned first; the
-int8 exact blocks (``precision="int8"``) vs their int8 references at full size and on every
-architecture's launch row forced here."""
+quantized exact blocks (``precision="int8"`` and ``"fp8"``) vs their references of the same
+precision at full size and on every architecture's launch row forced here (fp8 refused on the
+sm_80 / sm_86 rows)."""
 import pytest
 import torch
 
@@ -134,7 +135,7 @@ def test_head_offsets_past_2_31():
     assert rel_err(out[:, :, -1:], ref) < 2e-2
 
 
-@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("precision", ["bf16", "int8", "fp8"])
 def test_sol_call_never_synchronises_and_replays_in_a_cuda_graph(precision):
     grid = (6, 45, 80)
     L = 6 * 45 * 80
@@ -165,27 +166,30 @@ def test_sol_call_never_synchronises_and_replays_in_a_cuda_graph(precision):
     assert not torch.equal(captured, eager)
 
 
-# The int8 exact blocks against their int8 reference (the same int8 operands, bit for bit:
-# what is left is the kernel's bf16 P·V and output rounding, ~2.5e-3 in the bf16 checks of
-# kernels_h200.json) and against the bf16 reference (the int8 codes' rounding, ~1e-2 through the
-# interpreter on gaussian inputs; tests/kernels/test_int8.py).
-INT8_VS_REFERENCE = 5e-3
-INT8_ERROR_BUDGET = 3e-2
+# The quantized exact blocks against their reference of the same precision (the same codes and
+# scales, bit for bit: what is left is the kernel's bf16 P·V and output rounding, ~2.5e-3 in the
+# bf16 checks of kernels_h200.json, and for fp8 the dot's float32 accumulation, at the tensor
+# cores' own precision on sm_90) and against the bf16 reference (the codes' rounding through the
+# interpreter on gaussian inputs: ~1e-2 for int8, ~3.6e-2 for fp8; tests/kernels/test_quantized.py).
+QUANTIZED_VS_REFERENCE = 5e-3
+ERROR_BUDGET = {"int8": 3e-2, "fp8": 8e-2}
+QUANTIZED = ["int8", "fp8"]
 
 
-def check_int8(out, run_reference):
+def check_quantized(out, run_reference, precision):
     assert torch.isfinite(out).all()
-    assert rel_err(out, run_reference("int8")) < INT8_VS_REFERENCE
-    assert rel_err(out, run_reference("bf16")) < INT8_ERROR_BUDGET
+    assert rel_err(out, run_reference(precision)) < QUANTIZED_VS_REFERENCE
+    assert rel_err(out, run_reference("bf16")) < ERROR_BUDGET[precision]
 
 
+@pytest.mark.parametrize("precision", QUANTIZED)
 @pytest.mark.parametrize("method,grid,tile,extra,layout", [
     ("sol", (21, 45, 80), None, 0, "blhd"),                      # Wan 720p, 3D tiles, padded
     ("sol", (33, 45, 80), None, 256, "single_block"),           # HunyuanVideo 720p + text
     ("psa", (21, 45, 80), (3, 8, 16), 0, "blhd"),
     ("psa", (31, 45, 78), (6, 8, 8), 77, "heads_first"),
 ])
-def test_int8_full_size(method, grid, tile, extra, layout):
+def test_quantized_full_size(method, grid, tile, extra, layout, precision):
     L = grid[0] * grid[1] * grid[2] + extra
     q, k, v = random_qkv(1, L, 2, layout, seed=L + 8)
     if method == "psa":
@@ -196,32 +200,40 @@ def test_int8_full_size(method, grid, tile, extra, layout):
         kw = dict(beta=1.04, grid=grid)
         kernel, reference = kernels.sol_attention, kernels.sol_attention_reference
     poison(q.numel() * 2)
-    check_int8(kernel(q, k, v, precision="int8", **kw), lambda p: reference(q, k, v, precision=p, **kw))
+    check_quantized(kernel(q, k, v, precision=precision, **kw), lambda p: reference(q, k, v, precision=p, **kw),
+                    precision)
 
 
+@pytest.mark.parametrize("precision", QUANTIZED)
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
-def test_int8_on_every_architectures_configuration(monkeypatch, arch):
-    """Each architecture's launch row forced here with int8 exact blocks (the portable kernel,
-    TMA boxes or the pointer loop as the row says; never the warp-specialised loop): PSA and Sol,
-    text blocks, HunyuanVideo's single-block layout, against their int8 references."""
+def test_quantized_on_every_architectures_configuration(monkeypatch, arch, precision):
+    """Each architecture's launch row forced here with quantized exact blocks (the portable
+    kernel, TMA boxes or the pointer loop as the row says; never the warp-specialised loop): PSA
+    and Sol, text blocks, HunyuanVideo's single-block layout, against their references of the
+    same precision. fp8 on the sm_80 and sm_86 rows (no fp8 tensor cores) is refused by name."""
     from kernels.engine import load_hopper_loop
 
     hopper = load_hopper_loop()
     if hopper is not None:
-        monkeypatch.setattr(hopper, "ws_block_sparse_attention", lambda *a, **kw: pytest.fail("int8 on the ws loop"))
+        monkeypatch.setattr(hopper, "ws_block_sparse_attention",
+                            lambda *a, **kw: pytest.fail(f"{precision} on the ws loop"))
     config = ARCHITECTURES[arch]
     grid, extra = (9, 45, 80), 256
     L = grid[0] * grid[1] * grid[2] + extra
     q, k, v = random_qkv(1, L, 2, "single_block", seed=arch[0] + 3)
     kw = dict(grid=grid, params=torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 3, 2, 0, 10]]), tile=(3, 8, 16),
               extra_tokens=extra)
+    if precision == "fp8" and arch < (8, 9):
+        with pytest.raises(ValueError, match=r"^precision: 'fp8' needs fp8 tensor cores \(sm_89 or later\)"):
+            kernels.psa_attention(q, k, v, config=config, precision=precision, **kw)
+        return
     poison(q.numel() * 2)
-    check_int8(kernels.psa_attention(q, k, v, config=config, precision="int8", **kw),
-               lambda p: kernels.psa_attention_reference(q, k, v, precision=p, **kw))
+    check_quantized(kernels.psa_attention(q, k, v, config=config, precision=precision, **kw),
+                    lambda p: kernels.psa_attention_reference(q, k, v, precision=p, **kw), precision)
     kw = dict(beta=1.04, grid=grid)
     poison(q.numel() * 2)
-    check_int8(kernels.sol_attention(q, k, v, config=config, precision="int8", **kw),
-               lambda p: kernels.sol_attention_reference(q, k, v, precision=p, **kw))
+    check_quantized(kernels.sol_attention(q, k, v, config=config, precision=precision, **kw),
+                    lambda p: kernels.sol_attention_reference(q, k, v, precision=p, **kw), precision)
 
 
 WS_CASES = [

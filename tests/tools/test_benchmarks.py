@@ -40,7 +40,7 @@ BENCH = REPO / "benchmarks"
     (["--sol-inputs", "noise"], "--sol-inputs: unknown noise; choose from gaussian, video"),
     (["--sol-inputs", "video", "--sol-seqs", "75600,4096"], "--sol-inputs video needs a video grid"),
     (["--kitchen"], "--kitchen: comfy_kitchen"),
-    (["--precisions", "bf16,fp8"], "--precisions: unknown fp8; choose from auto, bf16, int8"),
+    (["--precisions", "bf16,e4m3"], "--precisions: unknown e4m3; choose from auto, bf16, int8, fp8"),
     (["--scratch-share", "0"], "--scratch-share: expected a share in (0, 1], got 0.0"),
 ])
 def test_bench_kernels_refuses_what_it_cannot_run_before_it_needs_a_gpu(tmp_path, capsys, args, message):
@@ -98,20 +98,22 @@ def test_fidelity_rows_for_every_block_shape_at_the_calibrated_density(tmp_path)
 
 
 def test_fidelity_rows_per_precision_share_their_beta(tmp_path, capsys):
-    """--precisions bf16,int8: one row per precision at the same β and density; int8 moves the
-    error a little (the int8 codes' rounding), not the routing. A precision without a path is a
-    usage error."""
+    """--precisions bf16,int8,fp8: one row per precision at the same β and density; int8 and fp8
+    move the error a little (their codes' rounding), not the routing. "auto" (nothing to choose
+    for without a GPU) is a usage error."""
     from benchmarks import fidelity
 
     out = tmp_path / "fidelity.json"
     fidelity.main(["--grid", "2", "16", "16", "--heads", "2", "--head-dim", "32", "--device", "cpu",
-                   "--dtype", "float32", "--densities", "0.25", "--tilings", "auto", "--precisions", "bf16,int8",
+                   "--dtype", "float32", "--densities", "0.25", "--tilings", "auto", "--precisions", "bf16,int8,fp8",
                    "--out", str(out)])
-    bf16, int8 = json.loads(out.read_text())["study"]["rows"]
-    assert (bf16["precision"], int8["precision"]) == ("bf16", "int8") and bf16["beta"] == int8["beta"]
-    a, b = bf16["sol"]["overall"], int8["sol"]["overall"]
-    assert a["density"] == b["density"] and a["rel_l2"] != b["rel_l2"] and abs(a["rel_l2"] - b["rel_l2"]) < 0.05
-    assert "--precisions: unknown fp8" in usage_error(fidelity.main, tmp_path, capsys, "--precisions", "fp8")
+    bf16, *quantized = json.loads(out.read_text())["study"]["rows"]
+    assert [r["precision"] for r in [bf16, *quantized]] == ["bf16", "int8", "fp8"]
+    for row in quantized:
+        a, b = bf16["sol"]["overall"], row["sol"]["overall"]
+        assert bf16["beta"] == row["beta"] and a["density"] == b["density"]
+        assert a["rel_l2"] != b["rel_l2"] and abs(a["rel_l2"] - b["rel_l2"]) < 0.05
+    assert "--precisions: unknown auto" in usage_error(fidelity.main, tmp_path, capsys, "--precisions", "auto")
 
 
 def test_fidelity_psa_rows_per_precision_with_a_preset(tmp_path, capsys):

@@ -1,8 +1,16 @@
-"""The int8 exact blocks (``precision="int8"``) through the interpreter: their int8 operands
-bit for bit against ``quantized_reference``, both methods' kernels against their int8
-references (outputs poisoned with NaN first), the int8 results against the bf16 ones within an
-error budget, the pooled term's shift, NaN in / NaN out, the memory groups, and the
-``precision`` argument."""
+"""The quantized exact blocks (``precision="int8"`` and ``"fp8"``) through the interpreter:
+their codes and scales bit for bit against ``quantized_reference``, both methods' kernels
+against their quantized references (outputs poisoned with NaN first), the results against the
+bf16 ones within an error budget per format, the pooled term's shift, NaN in / NaN out, the
+memory groups, and the ``precision`` argument (fp8 refused where there are no fp8 tensor
+cores).
+
+fp8 codes are compared bit for bit: the kernels round to the e4m3 grid in float32 arithmetic
+(``quantize.e4m3_grid``), which the interpreter computes as the GPU does, and then convert
+exactly. (The interpreter's own fp32 → float8e4nv conversion rounds ties away and can carry into
+the wrong exponent, so a kernel leaving the rounding to that conversion could not be checked
+here bit for bit.)"""
+import dataclasses
 import math
 
 import pytest
@@ -14,11 +22,12 @@ import kernels
 import kernels.engine as engine
 from kernels.block_mask import block_layout, row_major_layout
 from kernels.engine.launch_config import ARCHITECTURES
-from kernels.engine.quantize import key_means, quantize_keys, quantize_query_tile
-from kernels.quantized_reference import Int8Operands, smoothing_mean
+from kernels.engine.quantize import CODE_FORMATS, e4m3_grid, key_means, quantize_keys, quantize_query_tile
+from kernels.quantized_reference import QuantizedOperands, smoothing_mean
 from qkv_layouts import heads_first, hunyuan_single_block
 
-POINTER_LOOP, TMA_BOXES = ARCHITECTURES[(8, 6)], ARCHITECTURES[(9, 0)]
+POINTER_LOOP, TMA_BOXES = ARCHITECTURES[(8, 9)], ARCHITECTURES[(9, 0)]  # sm_89: the sm_86 launch, fp8 allowed
+QUANTIZED = ["int8", "fp8"]
 
 
 def rel_err(a, b):
@@ -35,12 +44,13 @@ def bf16_ulps(a, b):
     return (a - b).abs() / torch.exp2(torch.floor(torch.log2(mag)) - 7)
 
 
-def assert_matches_int8_reference(out, ref):
-    """The kernel and its int8 reference share their int8 operands, so what is left is float
-    rounding. float16: P·V in fp16 against float32, well under 1e-3. bfloat16: the interpreter
-    runs bf16 dots in float32 and truncates the stored output to bf16 where the reference
-    rounds, so at most one bf16 unit in the last place apart (operands other than the
-    reference's would move about half the elements by more)."""
+def assert_matches_quantized_reference(out, ref):
+    """The kernel and its quantized reference share their codes and scales, so what is left is
+    float rounding (for fp8 also the dot's: float32 accumulation in the kernel, exact in the
+    reference, a relative 1e-7 of a logit). float16: P·V in fp16 against float32, well under
+    1e-3. bfloat16: the interpreter runs bf16 dots in float32 and truncates the stored output to
+    bf16 where the reference rounds, so at most one bf16 unit in the last place apart (codes
+    other than the reference's would move about half the elements by more)."""
     assert torch.isfinite(out).all()
     if out.dtype == torch.float16:
         assert rel_err(out, ref) < 1e-3
@@ -57,10 +67,16 @@ def qkv(B, L, H, D, dtype, seed, layout="blhd"):
     return in_layout(*(torch.randn(B, L, H, D, generator=g).to(dtype) for _ in range(3)), layout)
 
 
-# ------------------------------------------------------------------------ the int8 operands
+def bits(codes):
+    """Codes as comparable integers: float8 codes by their bytes (-0 is not 0 here)."""
+    return codes.view(torch.uint8) if codes.dtype == torch.float8_e4m3fn else codes
+
+
+# ------------------------------------------------------------------------ the codes
 @triton.jit
 def _query_tiles_kernel(Q, CODES, SCALES, ROW_MAP, stride_qn, stride_cn, TILES: tl.constexpr,
-                        BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+                        BLOCK_TOKENS: tl.constexpr, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+                        CODE_DTYPE: tl.constexpr):
     # One program per query tile of a (B = 1, H = 1) call, loaded and quantized as the
     # portable kernel does it.
     qblk = tl.program_id(0) // TILES
@@ -70,20 +86,21 @@ def _query_tiles_kernel(Q, CODES, SCALES, ROW_MAP, stride_qn, stride_cn, TILES: 
     row_ok = rows >= 0
     rows = tl.maximum(rows, 0)
     q = tl.load(Q + rows[:, None] * stride_qn + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-    codes, scale = quantize_query_tile(q, row_ok)
+    codes, scale = quantize_query_tile(q, row_ok, CODE_DTYPE)
     tl.store(CODES + rows[:, None] * stride_cn + offs_d[None, :], codes, mask=row_ok[:, None])
     tl.store(SCALES + tl.program_id(0), scale)
 
 
-def kernel_query_codes(q, layout):
+def kernel_query_codes(q, layout, precision="int8"):
     """The portable kernel's query codes (1, 1, L, D) and each token's tile scale (1, 1, L)."""
+    code = CODE_FORMATS[precision]
     block_m = engine.query_tile_rows(layout)
     tiles = -(-layout.block_tokens // block_m)
-    codes = torch.zeros(q.shape, dtype=torch.int8)
+    codes = torch.zeros(q.shape, dtype=code.torch_dtype)
     scales = torch.empty(layout.n_blocks * tiles)
     _query_tiles_kernel[(layout.n_blocks * tiles,)](
         q, codes, scales, layout.row_map, q.stride(1), codes.stride(1), TILES=tiles,
-        BLOCK_TOKENS=layout.block_tokens, BLOCK_M=block_m, HEAD_DIM=q.shape[3])
+        BLOCK_TOKENS=layout.block_tokens, BLOCK_M=block_m, HEAD_DIM=q.shape[3], CODE_DTYPE=code.triton_dtype)
     slot = torch.empty(layout.n_tokens, dtype=torch.int64)
     filled = layout.row_map >= 0
     slot[layout.row_map[filled].long()] = torch.nonzero(filled).squeeze(1)
@@ -103,13 +120,14 @@ LAYOUTS = {  # name: (layout, a token count)
 }
 
 
+@pytest.mark.parametrize("precision", QUANTIZED)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
-def test_int8_operands_are_the_references_bit_for_bit(name, dtype):
+def test_codes_are_the_references_bit_for_bit(name, dtype, precision):
     """Key codes and scales (smoothed, per key block, padding left out), the smoothing mean
     (Sol's from its pooling pass, PSA's from PyTorch) and the query codes per tile of the
     portable kernel: equal to ``quantized_reference``'s, bit for bit, on keys sharing an
-    offset (the smoothing matters there)."""
+    offset (the smoothing matters there); each block's largest |x| is the format's bound."""
     from kernels.sol_gpu_routing import pool_blocks
 
     layout = LAYOUTS[name]()
@@ -117,16 +135,18 @@ def test_int8_operands_are_the_references_bit_for_bit(name, dtype):
     q, k, v = qkv(2, L, 3, 64, dtype, seed=L)
     k = (k.float() + torch.linspace(-4, 6, 64)).to(dtype)
     k = heads_first(k)[0]  # k read with its own strides
-    ref = Int8Operands.of(q, k, layout)
+    ref = QuantizedOperands.of(q, k, layout, precision)
     assert torch.equal(key_means(k, 0, 3), ref.mean) and torch.equal(smoothing_mean(k), ref.mean)
     *_, pooled_mean = pool_blocks(q, k, v, layout, 1, 2, key_mean=True)
     assert torch.equal(pooled_mean, ref.mean[:, 1:3])
-    keys = quantize_keys(k, layout, 1, 2, mean=pooled_mean)
-    assert torch.equal(keys.codes.transpose(1, 2), ref.k_codes[:, 1:3])
+    keys = quantize_keys(k, layout, 1, 2, mean=pooled_mean, precision=precision)
+    assert keys.codes.dtype == ref.k_codes.dtype == CODE_FORMATS[precision].torch_dtype
+    assert torch.equal(bits(keys.codes.transpose(1, 2)), bits(ref.k_codes[:, 1:3]))
     same(keys.scales[:, :, layout.token_blocks()], ref.k_scale[:, 1:3])
-    assert keys.codes.abs().max() == 127 and ref.k_codes.abs().max() == 127
-    codes, scales = kernel_query_codes(q[:1, :, :1].contiguous(), layout)
-    assert torch.equal(codes, ref.q_codes[:1, :1])
+    bound = CODE_FORMATS[precision].bound
+    assert keys.codes.float().abs().max() == bound and ref.k_codes.float().abs().max() == bound
+    codes, scales = kernel_query_codes(q[:1, :, :1].contiguous(), layout, precision)
+    assert torch.equal(bits(codes), bits(ref.q_codes[:1, :1]))
     same(scales, ref.q_scale[:1, :1])
 
 
@@ -146,27 +166,59 @@ def test_rounding_is_floor_of_x_over_scale_plus_one_half():
     assert keys.codes[0, :10, 0, 0].tolist() == expected
     codes, scales = kernel_query_codes(x, layout)
     assert scales.unique().tolist() == [1.0] and codes[0, 0, :10, 0].tolist() == expected
-    ref = Int8Operands.of(x, x, layout)
+    ref = QuantizedOperands.of(x, x, layout, "int8")
     assert ref.k_codes[0, 0, :10, 0].tolist() == expected and ref.q_codes[0, 0, :10, 0].tolist() == expected
 
 
-def test_a_zero_block_and_a_non_finite_one():
+@pytest.mark.parametrize("precision", QUANTIZED)
+def test_a_zero_block_and_a_non_finite_one(precision):
     """A block of zeros: scale 0, codes 0. A query tile holding an inf: scale NaN (its rows
     come out NaN), codes 0; the other tiles are untouched."""
     layout = row_major_layout(192)
     q = torch.randn(1, 192, 1, 64, generator=torch.Generator().manual_seed(3)).half()
     q[0, :64] = 0
     q[0, 70, 0, 3] = float("inf")
-    codes, scales = kernel_query_codes(q, layout)
-    ref = Int8Operands.of(q, q, layout)
-    assert scales[0, 0, :64].eq(0).all() and codes[0, 0, :64].eq(0).all()
-    assert scales[0, 0, 64:128].isnan().all() and codes[0, 0, 64:128].eq(0).all()
+    codes, scales = kernel_query_codes(q, layout, precision)
+    ref = QuantizedOperands.of(q, q, layout, precision)
+    assert scales[0, 0, :64].eq(0).all() and bits(codes[0, 0, :64]).eq(0).all()
+    assert scales[0, 0, 64:128].isnan().all() and bits(codes[0, 0, 64:128]).eq(0).all()
     assert (scales[0, 0, 128:] > 0).all()
     same(scales, ref.q_scale)
-    assert torch.equal(codes, ref.q_codes)
+    assert torch.equal(bits(codes), bits(ref.q_codes))
+
+
+@triton.jit
+def _e4m3_kernel(X, Y, N: tl.constexpr):
+    offs = tl.arange(0, N)
+    tl.store(Y + offs, e4m3_grid(tl.load(X + offs)).to(tl.float8e4nv))
+
+
+def test_fp8_rounding_is_round_to_nearest_even_on_the_e4m3_grid():
+    """``e4m3_grid`` then the conversion give PyTorch's float8_e4m3fn conversion (round to
+    nearest, ties to even, subnormals from 2⁻⁹, −0 kept) bit for bit: on every e4m3 value, every
+    midpoint between two and the float32 values either side of it, ±448 (and a hair above:
+    saturated), and gaussian values over the whole range. Ties to even: 1.0625 → 1, 1.1875 → 1.25,
+    17 → 16, 19 → 20, 3·2⁻¹¹ → 2⁻⁹ (a subnormal)."""
+    values = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    grid = values[~values.isnan() & (values >= 0)].sort().values
+    mids = (grid[1:] + grid[:-1]) / 2
+    near = torch.cat([grid, mids, torch.nextafter(mids, torch.full_like(mids, 1e9)),
+                      torch.nextafter(mids, torch.zeros_like(mids))])
+    g = torch.Generator().manual_seed(17)
+    spread = torch.randn(4096, generator=g) * torch.exp2(torch.randint(-14, 9, (4096,), generator=g).float())
+    x = torch.cat([near, -near, torch.tensor([448.0001, -448.0001, -0.0]), spread.clamp(-448, 448)])
+    x = torch.cat([x, torch.zeros(triton.next_power_of_2(x.numel()) - x.numel())])
+    y = torch.empty(x.numel(), dtype=torch.float8_e4m3fn)
+    _e4m3_kernel[(1,)](x, y, N=x.numel())
+    assert torch.equal(bits(y), bits(x.clamp(-448, 448).to(torch.float8_e4m3fn)))
+    ties = torch.tensor([1.0625, 1.1875, 17.0, 19.0, 3 * 2.0**-11, 448.0001, 0.0, 0.0])
+    out = torch.empty(8, dtype=torch.float8_e4m3fn)
+    _e4m3_kernel[(1,)](ties, out, N=8)
+    assert out.float().tolist() == [1.0, 1.25, 16.0, 20.0, 2.0**-9, 448.0, 0.0, 0.0]
 
 
 # ------------------------------------------------------------------------ kernels vs references
+# sm_89's row is the pointer loop sm_86 launches too (the same launch), with fp8 allowed.
 SOL_CASES = [
     # B, grid, tile, extra (text) tokens or L without a grid, H, D, dtype, beta, estimator, layout, config
     (1, (2, 9, 10), None, 37, 2, 64, torch.float16, 0.5, "exact", "heads_first", POINTER_LOOP),
@@ -176,21 +228,22 @@ SOL_CASES = [
 ]
 
 
+@pytest.mark.parametrize("precision", QUANTIZED)
 @pytest.mark.parametrize("B,grid,tile,extra,H,D,dtype,beta,estimator,layout,config", SOL_CASES)
-def test_sol_int8_kernel_matches_its_reference(B, grid, tile, extra, H, D, dtype, beta, estimator, layout, config,
-                                               poisoned_outputs):
+def test_sol_quantized_kernel_matches_its_reference(B, grid, tile, extra, H, D, dtype, beta, estimator, layout, config,
+                                                    precision, poisoned_outputs):
     """3D tiles with padding and text blocks, row-major blocks with a ragged tail and sinks,
     both loops, fp16 and bf16, d 64 and 128, (B, L, H·D), heads-first and HunyuanVideo's
     single-block layouts, the pooled term on shifted keys: the routing is unchanged and the
-    output is the int8 reference's."""
+    output is the quantized reference's."""
     L = extra if grid is None else math.prod(grid) + extra
     sinks = [(L - 10, L)] if grid is None else None
     q, k, v = qkv(B, L, H, D, dtype, seed=L + H, layout=layout)
     kw = dict(beta=beta, estimator=estimator, grid=grid, tile=tile, sinks=sinks, return_stats=True)
-    out, stats = kernels.sol_attention(q, k, v, config=config, precision="int8", **kw)
-    ref, ref_stats = kernels.sol_attention_reference(q, k, v, precision="int8", **kw)
+    out, stats = kernels.sol_attention(q, k, v, config=config, precision=precision, **kw)
+    ref, ref_stats = kernels.sol_attention_reference(q, k, v, precision=precision, **kw)
     assert out.dtype == dtype
-    assert_matches_int8_reference(out, ref)
+    assert_matches_quantized_reference(out, ref)
     assert torch.equal(stats["exact_blocks"], ref_stats["exact_blocks"])
 
 
@@ -203,63 +256,72 @@ PSA_CASES = [
 ]
 
 
+@pytest.mark.parametrize("precision", QUANTIZED)
 @pytest.mark.parametrize("grid,tile,extra,B,H,D,dtype,layout,config", PSA_CASES)
-def test_psa_int8_kernel_matches_its_reference(grid, tile, extra, B, H, D, dtype, layout, config, poisoned_outputs):
+def test_psa_quantized_kernel_matches_its_reference(grid, tile, extra, B, H, D, dtype, layout, config, precision,
+                                                    poisoned_outputs):
     L = math.prod(grid) + extra
     q, k, v = qkv(B, L, H, D, dtype, seed=L + B, layout=layout)
     params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])[:H]
     kw = dict(grid=grid, params=params, tile=tile, extra_tokens=extra)
-    out = kernels.psa_attention(q, k, v, config=config, precision="int8", **kw)
+    out = kernels.psa_attention(q, k, v, config=config, precision=precision, **kw)
     assert out.dtype == dtype
-    assert_matches_int8_reference(out, kernels.psa_attention_reference(q, k, v, precision="int8", **kw))
+    assert_matches_quantized_reference(out, kernels.psa_attention_reference(q, k, v, precision=precision, **kw))
 
 
-# ------------------------------------------------------------------------ int8 against bf16
-# rel-L2 of the int8 result against the bf16 one allowed here: the int8 codes' rounding error
-# on these inputs gives about 1e-2 (0.0096-0.0105 through the interpreter when this was written).
-ERROR_BUDGET = 3e-2
+# ------------------------------------------------------------------------ quantized against bf16
+# rel-L2 of the quantized result against the bf16 one allowed here, per format. The codes'
+# rounding error on these inputs gives about 1e-2 for int8 (0.0096-0.0105 through the
+# interpreter when this was written) and 3.6e-2 for fp8 (0.0356-0.0390): e4m3 keeps 3 bits of
+# significand, a relative rounding error uniform within ±2⁻⁴ (RMS 2⁻⁴/√3 = 0.036) on every
+# element of q and k, where int8's absolute error of half a step in 127 is smaller for all
+# but the largest elements.
+ERROR_BUDGET = {"int8": 3e-2, "fp8": 8e-2}
 
 
 def offset_keys(q, k, v, offset):
-    """k with a common offset in every channel (a bias int8 codes without smoothing would spend
-    their range on)."""
+    """k with a common offset in every channel (a bias codes without smoothing would spend their
+    range on)."""
     return q, (k.float() + offset).to(k.dtype), v
 
 
+@pytest.mark.parametrize("precision", QUANTIZED)
 @pytest.mark.parametrize("offset", [0.0, 8.0])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_int8_is_within_the_error_budget_of_bf16(dtype, offset):
-    """Both methods, gaussian keys and keys sharing a large offset: the int8 output against the
-    same kernel's bf16 output. For Sol the offset also checks the pooled term's shift: pooled
+def test_quantized_is_within_the_error_budget_of_bf16(dtype, offset, precision):
+    """Both methods, gaussian keys and keys sharing a large offset: the quantized output against
+    the same kernel's bf16 output. For Sol the offset also checks the pooled term's shift: pooled
     columns on unshifted keys would sit 8·Σq/√d away from the exact ones."""
     grid, extra = (2, 9, 10), 20
     L = math.prod(grid) + extra
     q, k, v = offset_keys(*qkv(1, L, 2, 64, dtype, seed=5), torch.linspace(0.5, 1.5, 64) * offset)
     sol = dict(beta=0.5, grid=grid)
-    assert rel_err(kernels.sol_attention(q, k, v, precision="int8", **sol),
-                   kernels.sol_attention(q, k, v, precision="bf16", **sol)) < ERROR_BUDGET
+    assert rel_err(kernels.sol_attention(q, k, v, precision=precision, **sol),
+                   kernels.sol_attention(q, k, v, precision="bf16", **sol)) < ERROR_BUDGET[precision]
     psa = dict(grid=grid, params=[[1, 0, 0, 2, 0, 0], [2, 0, 0, 4, 0, 0]], tile=(1, 4, 4), extra_tokens=extra)
-    assert rel_err(kernels.psa_attention(q, k, v, precision="int8", **psa),
-                   kernels.psa_attention(q, k, v, precision="bf16", **psa)) < ERROR_BUDGET
+    assert rel_err(kernels.psa_attention(q, k, v, precision=precision, **psa),
+                   kernels.psa_attention(q, k, v, precision="bf16", **psa)) < ERROR_BUDGET[precision]
 
 
-def test_smoothing_and_the_pooled_shift_are_exact_under_softmax():
-    """The int8 reference with every key shifted by a constant vector is the int8 reference on
+@pytest.mark.parametrize("precision", QUANTIZED)
+def test_smoothing_and_the_pooled_shift_are_exact_under_softmax(precision):
+    """The quantized reference with every key shifted by a constant vector is the one on
     the unshifted keys up to float rounding (m absorbs the shift; the pooled columns move with
     the exact ones), while the bf16 reference is the yardstick: both stay within the budget."""
     q, k, v = qkv(1, 200, 2, 64, torch.float32, seed=9)
     shift = torch.linspace(-20, 20, 64)
-    a = kernels.sol_attention_reference(q, k, v, beta=0.4, precision="int8")
-    b = kernels.sol_attention_reference(q, k + shift, v, beta=0.4, precision="int8")
+    a = kernels.sol_attention_reference(q, k, v, beta=0.4, precision=precision)
+    b = kernels.sol_attention_reference(q, k + shift, v, beta=0.4, precision=precision)
     assert rel_err(a, b) < 1e-3
-    assert rel_err(b, kernels.sol_attention_reference(q, k + shift, v, beta=0.4)) < ERROR_BUDGET
+    assert rel_err(b, kernels.sol_attention_reference(q, k + shift, v, beta=0.4)) < ERROR_BUDGET[precision]
 
 
 # ------------------------------------------------------------------------ non-finite inputs
 @pytest.mark.filterwarnings("ignore:All-NaN slice encountered")
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("precision", QUANTIZED)
 @pytest.mark.parametrize("method", ["sol", "psa"])
-def test_nan_in_nan_out(method):
+def test_nan_in_nan_out(method, precision):
     """A NaN in q: its query tile's rows are NaN (one scale per tile), the others are not. A
     NaN in k: that head's smoothing mean is NaN, so the head is NaN; the other head is not.
     Kernel and reference agree on where. Blocks (and query tiles) are the grid's two frames."""
@@ -267,11 +329,12 @@ def test_nan_in_nan_out(method):
     q, k, v = qkv(1, 128, 2, 64, torch.float16, seed=13)
     if method == "sol":
         def run(fn, *x, **kw):
-            return fn(*x, beta=0.5, grid=grid, tile=(1, 8, 8), precision="int8", **kw).float()
+            return fn(*x, beta=0.5, grid=grid, tile=(1, 8, 8), precision=precision, **kw).float()
         kernel, reference = kernels.sol_attention, kernels.sol_attention_reference
     else:
         def run(fn, *x, **kw):
-            return fn(*x, grid=grid, params=[[1, 0, 0, 1, 0, 0]] * 2, tile=(1, 8, 8), precision="int8", **kw).float()
+            return fn(*x, grid=grid, params=[[1, 0, 0, 1, 0, 0]] * 2, tile=(1, 8, 8), precision=precision,
+                      **kw).float()
         kernel, reference = kernels.psa_attention, kernels.psa_attention_reference
     bad_q = q.clone()
     bad_q[0, 70, 1, 5] = float("nan")  # block 1 of head 1
@@ -287,7 +350,8 @@ def test_nan_in_nan_out(method):
 
 # ------------------------------------------------------------------------ memory and loops
 def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
-    """The int8 keys are per-head scratch (codes, scales, mean, Sol's shifted pooled keys);
+    """The int8 keys are per-head scratch (codes, scales, mean, Sol's shifted pooled keys; fp8
+    codes take the same bytes);
     Sol's groups and PSA's groups each write their heads of the output the one-group result
     writes, and a reused PSA mask keeps its groups' masks."""
     from kernels.engine.quantize import quantized_key_bytes
@@ -299,6 +363,7 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     bf16 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="bf16")
     int8 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="int8")
     assert int8 - bf16 == quantized_key_bytes(layout, 64, 2, pooled=True) == 256 * 64 + 4 * 4 + 4 * 64 + 4 * 64 * 2
+    assert engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="fp8") == int8
     params = [[1, 0, 0, 2, 0, 0]] * 5
     sol_whole = kernels.sol_attention(q, k, v, beta=0.7, grid=grid, precision="int8")
     psa_whole = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(1, 8, 8), precision="int8")
@@ -319,9 +384,10 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     assert torch.equal(mask.heads(2, 4).to_dense(), mask.to_dense()[:, 2:4])
 
 
-def test_int8_calls_never_reach_the_hopper_loop(monkeypatch):
+def test_quantized_calls_never_reach_the_hopper_loop(monkeypatch):
     """On a launch row whose loop is the warp-specialised Hopper loop, a call that loop would
-    take runs there in bf16 and on the portable kernel in int8 (the loop has no int8 path)."""
+    take runs there in bf16 and on the portable kernel in int8 and fp8 (the loop has no
+    quantized path)."""
     import types
 
     fake = types.SimpleNamespace(ws_supported=lambda *a: True,
@@ -334,7 +400,8 @@ def test_int8_calls_never_reach_the_hopper_loop(monkeypatch):
     kw = dict(grid=(2, 8, 16), params=[[1, 0, 0, 2, 0, 0]] * 2, tile=(2, 8, 8), config=TMA_BOXES)
     kernels.psa_attention(q, k, v, precision="bf16", **kw)
     kernels.psa_attention(q, k, v, precision="int8", **kw)
-    assert ran == ["hopper", "portable"]
+    kernels.psa_attention(q, k, v, precision="fp8", **kw)
+    assert ran == ["hopper", "portable", "portable"]
     layout = block_layout((2, 8, 16), (2, 8, 8))
     assert engine.work_bytes_per_head(q, k, v, layout, pooled=False, config=TMA_BOXES, precision="int8") > \
         engine.work_bytes_per_head(q, k, v, layout, pooled=False, config=POINTER_LOOP, precision="bf16")
@@ -375,24 +442,67 @@ def test_precision_is_checked_by_name(call):
         "block_sparse_attention": lambda p: engine.block_sparse_attention(
             q, k, v, mask_from_dense(torch.ones(1, 1, 1, 1, dtype=torch.bool), lay), scale=0.125, precision=p),
     }
-    with pytest.raises(ValueError, match="^precision: 'fp8' has no kernel path yet"):
-        calls[call]("fp8")
-    for bad in ("INT8", "fp16", None, 8):
+    for bad in ("INT8", "FP8", "fp16", "e4m3", None, 8):
         with pytest.raises(ValueError, match="^precision: expected one of"):
             calls[call](bad)
     if call.endswith("reference"):
-        with pytest.raises(ValueError, match="^precision: expected one of 'bf16', 'int8', got 'auto'"):
+        with pytest.raises(ValueError, match="^precision: expected one of 'bf16', 'int8', 'fp8', got 'auto'"):
             calls[call]("auto")
     else:
         torch.testing.assert_close(calls[call]("auto"), calls[call]("bf16"), rtol=0, atol=0)
 
 
+ROWS_WITHOUT_FP8 = {"sm_80": ARCHITECTURES[(8, 0)], "sm_86": ARCHITECTURES[(8, 6)],
+                    "sm_87": dataclasses.replace(ARCHITECTURES[(8, 6)], name="RTX 30-like", capability=(8, 7))}
+
+
+@pytest.mark.parametrize("arch", sorted(ROWS_WITHOUT_FP8))
+@pytest.mark.parametrize("call", ["sol_attention", "psa_attention", "block_sparse_attention", "precision_for"])
+def test_fp8_is_refused_where_there_are_no_fp8_tensor_cores(call, arch):
+    """Before sm_89 (Triton refuses float8e4nv there: tools/compile_kernels.py records it) an
+    fp8 call is a ValueError naming ``precision``, the architecture and the alternative, before
+    anything runs; int8 runs there, and fp8 on the sm_89 row (the same pointer-loop launch)."""
+    from kernels.block_mask import mask_from_dense
+    from kernels.engine import precision as prec
+
+    q, k, v = qkv(1, 64, 1, 64, torch.float16, seed=1)
+    lay = row_major_layout(64)
+    calls = {
+        "sol_attention": lambda p, c: kernels.sol_attention(q, k, v, beta=1.0, precision=p, config=c),
+        "psa_attention": lambda p, c: kernels.psa_attention(q, k, v, grid=(1, 8, 8), params=[[1, 0, 0, 1, 0, 0]],
+                                                            tile=(1, 8, 8), precision=p, config=c),
+        "block_sparse_attention": lambda p, c: engine.block_sparse_attention(
+            q, k, v, mask_from_dense(torch.ones(1, 1, 1, 1, dtype=torch.bool), lay), scale=0.125, precision=p,
+            config=c),
+        "precision_for": lambda p, c: prec.resolve_precision(p, c, "psa"),
+    }
+    config = ROWS_WITHOUT_FP8[arch]
+    with pytest.raises(ValueError, match=rf"^precision: 'fp8' needs fp8 tensor cores \(sm_89 or later\), and {arch} "
+                                         rf"\(the {config.name} launch row\) has none: choose 'int8'"):
+        calls[call]("fp8", config)
+    calls[call]("int8", config)
+    calls[call]("fp8", ARCHITECTURES[(8, 9)])
+
+
+def test_fp8_needs_cuda_tensors_outside_the_interpreter(monkeypatch):
+    """As for int8: without the interpreter a CPU tensor is refused before anything runs (the
+    reference is what runs on the CPU)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    q, k, v = qkv(1, 64, 1, 64, torch.float16, seed=1)
+    for call in (lambda: kernels.sol_attention(q, k, v, beta=1.0, precision="fp8"),
+                 lambda: kernels.psa_attention(q, k, v, grid=(1, 8, 8), params=[[1, 0, 0, 1, 0, 0]], tile=(1, 8, 8),
+                                               precision="fp8")):
+        with pytest.raises(ValueError, match="^q/k/v must be CUDA tensors for the Triton kernel, got device cpu"):
+            call()
+    assert kernels.sol_attention_reference(q, k, v, beta=1.0, precision="fp8").isfinite().all()
+
+
 def test_auto_picks_the_table_row_and_logs_it_once(caplog):
     """``auto`` is the AUTO_PRECISION row of the launch row's architecture and the method
-    (int8 only where it was measured faster: PSA on the 64-row pointer loop), logged once per
+    (int8 only where it was measured faster: PSA on the 64-row pointer loop; never fp8,
+    which is not measured), logged once per
     architecture and method, with the reason; a row never forced stays bf16; an int8 call on
     the Hopper-loop row says the portable kernel runs it; an unknown method is refused."""
-    import dataclasses
     import logging
 
     from kernels.engine import precision as prec
@@ -402,6 +512,7 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
     assert all(set(row) == {"sol", "psa"} for row in prec.AUTO_PRECISION.values())
     picked = {(cap, m) for cap, row in prec.AUTO_PRECISION.items() for m, c in row.items() if c.precision == "int8"}
     assert picked == {((8, 6), "psa"), ((8, 9), "psa"), ((12, 0), "psa")}
+    assert {c.precision for row in prec.AUTO_PRECISION.values() for c in row.values()} == {"bf16", "int8"}
     assert all("faster" in prec.AUTO_PRECISION[cap][m].reason and "rel-L2" in prec.AUTO_PRECISION[cap][m].reason
                for cap, m in picked)
     with caplog.at_level(logging.INFO, logger="sparse_video_attention.kernels"):
@@ -419,8 +530,10 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
         "bf16 (auto: int8 not measured on this launch row)"
     assert prec.resolve_precision("int8", POINTER_LOOP, "sol").describe() == "int8 (asked for)"
     assert "the portable kernel runs these calls" in prec.resolve_precision("int8", TMA_BOXES, "psa").reason
+    assert prec.resolve_precision("fp8", TMA_BOXES, "sol").describe() == (
+        "fp8 (asked for; the portable kernel runs these calls: the warp-specialised Hopper loop has no fp8 path)")
     with pytest.raises(ValueError, match="^method: expected one of 'sol', 'psa', got 'sol_attn'"):
         prec.resolve_precision("auto", POINTER_LOOP, "sol_attn")
     # the public form, for a device (the interpreter's is the Hopper row)
     assert kernels.precision_for_device("int8", "cpu", "psa") == prec.resolve_precision("int8", TMA_BOXES, "psa")
-    assert kernels.check_precision("int8") == "int8" and kernels.PRECISIONS == ("auto", "bf16", "int8")
+    assert kernels.check_precision("fp8") == "fp8" and kernels.PRECISIONS == ("auto", "bf16", "int8", "fp8")
