@@ -71,10 +71,12 @@ class CodeFormat:
     bound: float
 
 
+INT8_BOUND = tl.constexpr(127.0)
+E4M3_MAX = tl.constexpr(448.0)  # the largest finite float8 e4m3fn (the "fn" format has no infinities; 0x7F is NaN)
+
 CODE_FORMATS = {
-    "int8": CodeFormat("int8", torch.int8, tl.int8, 127.0),
-    # 448: the largest finite float8 e4m3fn (the "fn" format has no infinities; 0x7F is NaN).
-    "fp8": CodeFormat("fp8", torch.float8_e4m3fn, tl.float8e4nv, 448.0),
+    "int8": CodeFormat("int8", torch.int8, tl.int8, INT8_BOUND.value),
+    "fp8": CodeFormat("fp8", torch.float8_e4m3fn, tl.float8e4nv, E4M3_MAX.value),
 }
 
 
@@ -82,9 +84,9 @@ CODE_FORMATS = {
 def code_bound(CODE_DTYPE: tl.constexpr):
     """What a tile's largest |x| becomes: 127 for int8 codes, 448 for float8 e4m3 ones."""
     if CODE_DTYPE == tl.int8:
-        bound = 127.0
+        bound = INT8_BOUND
     else:
-        bound = 448.0
+        bound = E4M3_MAX
     return bound
 
 
@@ -120,7 +122,7 @@ def e4m3_grid(y):
     mag = tl.abs(y)
     biased = tl.maximum((bits >> 23) & 0xFF, 127 - 6)  # the exponent of |y|, at least e4m3's smallest normal
     magic = (((biased + 20) << 23) | 0x400000).to(tl.float32, bitcast=True)  # 1.5·2^(23 + e − 3)
-    rounded = tl.minimum((mag + magic) - magic, 448.0)
+    rounded = tl.minimum((mag + magic) - magic, E4M3_MAX)
     return (rounded.to(tl.int32, bitcast=True) | (bits & -2147483648)).to(tl.float32, bitcast=True)
 
 
