@@ -5,8 +5,9 @@ place through the slot map) and folds, in one online softmax (``tile_loop``):
 
 1. Sol-Attn only (``pooled``): every key block the mask does not visit, as one pooled column
    (``attend_pooled_blocks``); this partial state seeds the exact loop;
-2. the listed grid blocks, exactly: TMA boxes on Hopper and later, the pointer loop before;
-3. the listed extra (text) blocks, exactly, through the pointer loop.
+2. the listed grid blocks, exactly: TMA boxes on Hopper and later, before that the pointer
+   loop with rows computed from the tile (``attend_grid_rows``);
+3. the listed extra (text) blocks, exactly, through the pointer loop over the slot map.
 
 The output is written in place, in the caller's token order. Programs run in the lists' work
 order (axis 0) for every batch entry (axis 1). A ``head_base`` lets one call cover a group of
@@ -14,8 +15,8 @@ heads (Sol runs its heads in groups to bound its scratch memory, see ``sol``).
 
 With quantized keys (``quantize.QuantizedKeys``, ``precision`` "int8" or "fp8") the exact loops
 read the group's key codes instead of k, and the program quantizes its query tile itself, in
-the same code format, after loading it (``quantize.quantize_query_tile``): the pooled term
-keeps the tile in the input dtype.
+the same code format (``quantize.quantize_query_tile``), after Sol's pooled term, which takes
+the tile in the input dtype.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from .quantize import CODE_FORMATS, QuantizedKeys, quantize_query_tile
 from .tile_loop import (
     NEG_BIG,
     attend_gathered_blocks,
+    attend_grid_rows,
     attend_pooled_blocks,
     attend_tma_boxes,
     grid_descriptors,
@@ -82,16 +84,11 @@ def _block_sparse_kernel(
     q = tl.load(Q + head_offset(b, h, stride_qb, stride_qh) + rows[:, None] * stride_qn + offs_d[None, :],
                 mask=row_ok[:, None], other=0.0).to(DOT_DTYPE)
     if QUANTIZED:
-        # The tile's codes and scale (engine.quantize); q itself stays for the pooled term.
-        q_nan = tl.max((q != q).to(tl.int32), 1) > 0
-        q_exact, q_scale = quantize_query_tile(q, row_ok, CODE_DTYPE)
-        score_scale = q_scale * qk_scale_log2
+        q_nan = tl.max((q != q).to(tl.int32), 1) > 0  # q itself is not kept past its codes
         hk = hq // num_blocks  # the codes hold the group's heads only
         k_heads = group_heads
         key_scales = K_SCALES + (b.to(tl.int64) * group_heads + hk) * num_blocks
     else:
-        q_exact = q
-        score_scale = qk_scale_log2
         hk = h
         k_heads = num_heads
         key_scales = K_SCALES
@@ -109,6 +106,14 @@ def _block_sparse_kernel(
         acc, l_i, m_i = attend_pooled_blocks(
             acc, l_i, m_i, q, K_POOL + pool_off, V_POOL + pool_off, LOG2_LEN,
             ROUTED_BITS + list_row * bits_stride, num_blocks, qk_scale_log2, HEAD_DIM, POOL_CHUNK, DOT_DTYPE)
+    if QUANTIZED:
+        # The tile's codes and scale (engine.quantize), made after the pooled term, which takes
+        # q itself: the codes are not held through that loop.
+        q_exact, q_scale = quantize_query_tile(q, row_ok, CODE_DTYPE)
+        score_scale = q_scale * qk_scale_log2
+    else:
+        q_exact = q
+        score_scale = qk_scale_log2
     if TMA:
         k_b, k_col = tma_box_origin(b, hk, k_heads, HEAD_DIM, K_HEADS_IN_COLUMNS)
         v_b, v_col = tma_box_origin(b, h, num_heads, HEAD_DIM, V_HEADS_IN_COLUMNS)
@@ -117,9 +122,10 @@ def _block_sparse_kernel(
             ids, n_grid, GRID_HW, GRID_W, tokens_t, tokens_h, tokens_w,
             score_scale, key_scales, TILE_T, TILE_H, TILE_W, SUB_T, HEAD_DIM, DOT_DTYPE, GRID_PADDED, QUANTIZED)
     else:
-        acc, l_i, m_i = attend_gathered_blocks(
-            acc, l_i, m_i, q_exact, k_base, v_base, stride_kn, stride_vn, ids, n_grid, ROW_MAP, score_scale,
-            key_scales, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, GRID_PADDED, QUANTIZED)
+        acc, l_i, m_i = attend_grid_rows(
+            acc, l_i, m_i, q_exact, k_base, v_base, stride_kn, stride_vn, ids, n_grid, GRID_HW, GRID_W,
+            tokens_t, tokens_h, tokens_w, score_scale, key_scales, TILE_T, TILE_H, TILE_W, BLOCK_N, HEAD_DIM,
+            DOT_DTYPE, OFFSET_DTYPE, GRID_PADDED, QUANTIZED)
     acc, l_i, m_i = attend_gathered_blocks(
         acc, l_i, m_i, q_exact, k_base, v_base, stride_kn, stride_vn, ids + n_grid, n_extra, ROW_MAP, score_scale,
         key_scales, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, True, QUANTIZED)
