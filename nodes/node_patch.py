@@ -103,18 +103,16 @@ class SparseAttentionPatch(io.ComfyNode):
                                tooltip="Precision of the sparse kernels' exact blocks (QKᵀ). auto: "
                                        "the measured faster one for this GPU's architecture and the "
                                        "method, logged once and shown in the Inspector's summary "
-                                       "(int8 for PSA on RTX 30/40/50, bf16 otherwise). bf16: the "
-                                       "model's dtype (bf16 or fp16), as before. int8: q and k in "
-                                       "int8, per block, k minus its mean first (SageAttention-style); "
-                                       "the values, Sol's routing and its pooled term stay in the "
-                                       "model's dtype; it adds about 0.0003 to the attention's "
-                                       "relative error (README, Precision). fp8: the same in float8 "
+                                       "(bf16 on every GPU measured so far). bf16: the model's dtype "
+                                       "(bf16 or fp16). int8: q and k in int8, per block, k minus "
+                                       "its mean first (SageAttention-style); the values, Sol's "
+                                       "routing and its pooled term stay in the model's dtype; it "
+                                       "adds about 0.0004 to the attention's relative error and ran "
+                                       "slower than bf16 (README, Precision). fp8: the same in float8 "
                                        "e4m3 (scale per block = max / 448) on fp8 tensor cores; RTX "
                                        "40/50, H100/H200, B200 only (refused with an error on A100 "
-                                       "and RTX 30); built and tested on the CPU, not yet measured "
-                                       "on a GPU (about 0.035 relative error against bf16 on random "
-                                       "inputs, 3.5x int8's). backend reference: the float32 "
-                                       "reference of that precision."),
+                                       "and RTX 30); as fast as int8, adds about 0.003. backend "
+                                       "reference: the float32 reference of that precision."),
             ],
             outputs=[io.Model.Output(tooltip="The patched model.")],
         )
