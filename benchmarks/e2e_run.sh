@@ -24,15 +24,12 @@
 #    model's shipped preset, for the last two hunyuan_video1.5_720p_121f and
 #    wan2.2_ti2v_5b_720p_121f, which fit these grids)
 #
-#    Next, not run yet: the node methods once per precision of the exact blocks, and the
-#    output drift of int8 against bf16 beside each method's own drift against dense:
+#    The node methods once per precision of the exact blocks, with the output drift of int8
+#    against bf16 beside each method's own drift against dense (ran on an H100:
+#    e2e_comfyui_h100_wan_precisions.json; on sm_90 auto picks bf16, so the @bf16 rows run
+#    what auto runs there, the table's "ran" column):
 #
-#      bash benchmarks/e2e_run.sh --models wan --methods dense,stub,sol85,sol90,psa60 --precisions bf16,int8
-#                                                     # Wan2.1-14B: 6 node rows (sol85@bf16, sol85@int8, ...)
-#
-#    (about 6 minutes of sampling on an H200 by the forward times of the earlier Wan runs;
-#    where the 600 s limit is near, split --methods, each part with dense. On sm_90 auto
-#    picks bf16, so the @bf16 rows run what auto runs there: the table's "ran" column.)
+#      bash benchmarks/e2e_run.sh --models wan --methods dense,sol85,psa60 --precisions bf16,int8 --reps 1
 #
 #    Any other e2e_comfyui.py flag passes through (--methods, --reps, --dense-blocks, ...).
 #    Results go to $OUT (else out/, git-ignored): e2e_comfyui_<gpu>_<models>.json and .log,
