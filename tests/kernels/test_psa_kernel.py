@@ -103,8 +103,8 @@ def test_kernel_bad_inputs():
 
 @pytest.mark.parametrize("arch", [(9, 0), (8, 6), (12, 0)])
 def test_every_architectures_configuration_agrees_with_reference(arch):
-    """Hopper's TMA boxes, RTX 30/40's pointer loop with 64-row key steps and 2 stages, RTX
-    50's 2-stage boxes: forced on the interpreter, all give the reference. Grid (3, 5, 7) in
+    """Hopper's TMA boxes and the pointer loop of RTX 30/40/50 (64-row key steps, 3 stages):
+    forced on the interpreter, all give the reference. Grid (3, 5, 7) in
     tiles (2, 2, 4) is padded on every axis, and the text block runs the pointer loop."""
     from kernels.engine.launch_config import ARCHITECTURES
     from kernels.engine.tile_loop import tma_sub_frames
@@ -121,6 +121,30 @@ def test_every_architectures_configuration_agrees_with_reference(arch):
     out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra,
                                 config=ARCHITECTURES[arch], precision="bf16")
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    assert rel_err(out, ref) < 3e-3
+
+
+@pytest.mark.parametrize("precision", ["bf16", "int8"])
+@pytest.mark.parametrize("grid,tile", [
+    ((3, 6, 20), (2, 4, 16)),  # 128-token tiles in two 64-row key steps, the grid cut on every axis
+    ((3, 7, 23), (1, 3, 10)),  # 30-token tiles in 32-row key steps: the step's last rows are no key
+])
+def test_pointer_loop_computes_the_rows_of_cut_tiles(grid, tile, precision, poisoned_outputs):
+    """The pointer loop (RTX 40's row) computes each grid block's key rows from the tile
+    (``tile_loop.attend_grid_rows``): in tiles walked in several key steps and cut by the grid,
+    and in key steps longer than the tile, exactly the block's tokens enter, as in the
+    reference; the text block after the grid goes through the slot map."""
+    from kernels.engine.launch_config import ARCHITECTURES
+
+    extra = 9
+    L = grid[0] * grid[1] * grid[2] + extra
+    gen = torch.Generator().manual_seed(L)
+    q, k, v = (torch.randn(1, L, 2, 64, generator=gen).half() for _ in range(3))
+    params = random_params(grid, tile, 2, gen)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra,
+                                config=ARCHITECTURES[(8, 9)], precision=precision)
+    ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra,
+                                          precision=precision)
     assert rel_err(out, ref) < 3e-3
 
 
