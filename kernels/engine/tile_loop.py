@@ -79,6 +79,21 @@ def next_block_id(block_ids, blk_next, t, n_steps, SUB: tl.constexpr):
 
 
 @triton.jit
+def attend_key_rows(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, rows, bias, blk, score_scale, key_scales,
+                    HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
+                    PADDED: tl.constexpr, QUANTIZED: tl.constexpr):
+    """One key step of the pointer loops: the K and V ``rows`` (tokens) of block ``blk`` folded
+    into the state, with ``bias`` (0 or -inf per key) added to the scores when PADDED."""
+    offs_d = tl.arange(0, HEAD_DIM)
+    k = tl.load(k_base + rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :])
+    v = tl.load(v_base + rows[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :])
+    s = exact_scores(q, k, score_scale, key_scales, blk, DOT_DTYPE, QUANTIZED)
+    if PADDED:
+        s = s + bias[None, :]
+    return softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+
+
+@triton.jit
 def attend_gathered_blocks(
     acc, l_i, m_i, q,
     k_base, v_base, stride_kn, stride_vn, block_ids, count, row_map, score_scale, key_scales,
@@ -97,7 +112,6 @@ def attend_gathered_blocks(
     """
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
     blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
     for t in range(0, count * SUB):
         blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
@@ -108,12 +122,10 @@ def attend_gathered_blocks(
             rows = tl.maximum(rows, 0)
         else:
             rows = tl.load(row_map + blk * BLOCK_TOKENS + local)
-        k = tl.load(k_base + rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :])
-        v = tl.load(v_base + rows[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :])
-        s = exact_scores(q, k, score_scale, key_scales, blk, DOT_DTYPE, QUANTIZED)
-        if PADDED:
-            s = s + bias[None, :]
-        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+            bias = tl.zeros([BLOCK_N], dtype=tl.float32)  # unread
+        acc, l_i, m_i = attend_key_rows(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, rows, bias, blk,
+                                        score_scale, key_scales, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, PADDED,
+                                        QUANTIZED)
     return acc, l_i, m_i
 
 
@@ -140,7 +152,6 @@ def attend_grid_rows(
     BLOCK_TOKENS: tl.constexpr = TILE_T * TILE_H * TILE_W
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
     blk_next = tl.load(block_ids, mask=count > 0, other=0).to(tl.int32)
     for t in range(0, count * SUB):
         blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
@@ -149,16 +160,12 @@ def attend_grid_rows(
         row = ((blk % GRID_HW) // GRID_W) * TILE_H + (local // TILE_W) % TILE_H
         col = (blk % GRID_W) * TILE_W + local % TILE_W
         token = (frame * tokens_h + row) * tokens_w + col
+        inside = (local < BLOCK_TOKENS) & (frame < tokens_t) & (row < tokens_h) & (col < tokens_w)
         if PADDED:
-            inside = (local < BLOCK_TOKENS) & (frame < tokens_t) & (row < tokens_h) & (col < tokens_w)
-            bias = tl.where(inside, 0.0, float("-inf"))
             token = tl.where(inside, token, 0)
-        k = tl.load(k_base + token[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :])
-        v = tl.load(v_base + token[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :])
-        s = exact_scores(q, k, score_scale, key_scales, blk, DOT_DTYPE, QUANTIZED)
-        if PADDED:
-            s = s + bias[None, :]
-        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+        acc, l_i, m_i = attend_key_rows(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, token,
+                                        tl.where(inside, 0.0, float("-inf")), blk, score_scale, key_scales,
+                                        HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, PADDED, QUANTIZED)
     return acc, l_i, m_i
 
 
