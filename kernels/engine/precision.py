@@ -19,16 +19,18 @@
 
 ``AUTO_PRECISION`` is measured, not assumed. Each launch row was forced on an H100
 (``benchmarks/bench_kernels.py --precisions bf16,int8 --loops sm80,sm89`` and ``sm86,sm120``;
-the Hopper row with ``--loops ws,tma``), both precisions timed in one process on the Wan 720p
-grid (75,600 tokens, 40 heads, d 128), and the error each adds measured on the video-like
-workload (``benchmarks/fidelity.py --precisions bf16,int8,fp8``): int8 adds 0.0002-0.0005
-rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and to PSA's 0.29-0.33 with the Wan 720p
-preset, inside the bound ``auto`` keeps (0.002 absolute at density 0.15, 25 % relative);
-fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017 to PSA's. int8 ran slower than bf16 on every row but one PSA density, so
-``auto`` picks bf16 everywhere; a row never forced stays bf16 too. The results files
-(``benchmarks/results/pointer_rows_h100.json``, ``pointer_rows_sm86_sm120_h100.json``,
-``int8_loops_h100.json``, ``fidelity_precisions_h100.json``,
-``fidelity_psa_precisions_h100_layer0.json``) hold the commands.
+the Hopper row with ``--loops ws,tma``), both precisions timed in one process on the Wan
+720p grid (75,600 tokens, 40 heads, d 128; the sm_86, sm_89 and sm_120 rows with 2 stages,
+before they ran 3), and the error each adds measured on the video-like workload
+(``benchmarks/fidelity.py --precisions bf16,int8,fp8``): int8 adds 0.0002-0.0005 rel-L2 to
+Sol's 0.14-0.21 at densities 0.05-0.25 and to PSA's 0.29-0.33 with the Wan 720p preset,
+inside the bound ``auto`` keeps (0.002 absolute at density 0.15, 25 % relative); fp8 adds
+0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017 to PSA's. int8 ran slower
+than bf16 on every row but one PSA density, so ``auto`` picks bf16 everywhere; a row never
+forced stays bf16 too. The results files (``benchmarks/results/pointer_rows_h100.json``,
+``pointer_rows_sm86_sm120_h100.json``, ``int8_loops_h100.json``,
+``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``) hold the
+commands.
 """
 from __future__ import annotations
 
