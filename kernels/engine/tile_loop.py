@@ -141,8 +141,8 @@ def attend_grid_rows(
     """The pointer loop over grid blocks, every key row's token computed from the block id
     (the tile's frames, rows and columns, as the TMA boxes address them) rather than read from
     the slot map, so that the K/V gather waits on one load (the block id), not two: faster on
-    every pointer-loop launch row measured, up to 1.5× (kernels/DESIGN.md, "The pointer loop's
-    rows").
+    every pointer-loop launch row measured, up to 1.5× (kernels/DESIGN.md, "The portable
+    loop").
 
     A block is walked in ceil(tile / BLOCK_N) sub-tiles of BLOCK_N rows in the tile's (frame,
     row, column) order; PADDED: keys past the grid, or past the tile in its last sub-tile, get
