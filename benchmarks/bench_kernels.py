@@ -4,7 +4,8 @@ Usage (on a CUDA machine; writes one JSON file with the command that made it):
     python benchmarks/bench_kernels.py --out out/kernels_h200.json
 
 ``--loops ws,tma`` times the block loops of Hopper side by side (``LOOPS``: the warp-specialised
-loop and the portable kernel with TMA boxes). ``--precisions bf16,int8,fp8`` times every Sol,
+loop and the portable kernel with TMA boxes); ``--loops sm89,sm89/num_stages=4`` a forced
+launch row beside itself with settings changed (``LOOP_SETTINGS``). ``--precisions bf16,int8,fp8`` times every Sol,
 PSA and forced-architecture row once per precision of the exact blocks' QKᵀ (``precision`` of
 the kernels; int8 and fp8 always run the portable kernel, also on a ``ws`` row; fp8 on a forced
 sm_80 / sm_86 row is refused, and the row records the error), each with its rel-L2 against
@@ -176,6 +177,27 @@ LOOPS = {"default": None, "ws": ARCHITECTURES[(9, 0)],
          "ws2": dataclasses.replace(ARCHITECTURES[(9, 0)], num_stages=2),
          "tma": dataclasses.replace(ARCHITECTURES[(9, 0)], warp_specialized=False),
          **{f"sm{major}{minor}": config for (major, minor), config in ARCHITECTURES.items() if (major, minor) != (9, 0)}}
+# The settings a loop name may change after a "/": "sm89/num_stages=4/sol_warps=8" is the sm_89
+# row with those two changed, so one call can time a row beside its variants.
+LOOP_SETTINGS = ("num_stages", "sol_warps", "psa_warps", "psa_block_n", "pool_chunk")
+
+
+def loop_config(name: str):
+    """The launch configuration a ``--loops`` name stands for (``LOOPS``, optionally with
+    ``/setting=value`` changes of ``LOOP_SETTINGS``); a ValueError that says what is wrong."""
+    base, *changes = name.split("/")
+    if base not in LOOPS:
+        raise ValueError(f"unknown {base}; choose from {', '.join(LOOPS)}")
+    if changes and LOOPS[base] is None:
+        raise ValueError(f"{name}: name a row to change (default is whatever this GPU runs)")
+    settings = {}
+    for change in changes:
+        key, _, value = change.partition("=")
+        if key not in LOOP_SETTINGS or not value.isdigit() or int(value) < 1:
+            raise ValueError(f"{name}: expected setting=positive integer, setting one of "
+                             f"{', '.join(LOOP_SETTINGS)}, got {change!r}")
+        settings[key] = int(value)
+    return dataclasses.replace(LOOPS[base], **settings) if settings else LOOPS[base]
 
 
 def sol_pieces(q, k, v, beta, grid, tile):
@@ -560,7 +582,8 @@ def main(argv=None):
     ap.add_argument("--kitchen", action="store_true",
                     help="also time comfy-kitchen's sol_attn beside each Sol row (comfy_kitchen on PYTHONPATH)")
     ap.add_argument("--loops", default="default",
-                    help=f"block loops to time, comma separated: {', '.join(LOOPS)} (default: this GPU's)")
+                    help=f"block loops to time, comma separated: {', '.join(LOOPS)} (default: this GPU's); a "
+                         f"row with settings changed: sm89/num_stages=4 ({', '.join(LOOP_SETTINGS)})")
     ap.add_argument("--precisions", default="bf16",
                     help=f"precisions of the exact blocks to time every row in, comma separated: "
                          f"{', '.join(kernels.PRECISIONS)} (default bf16)")
@@ -573,9 +596,13 @@ def main(argv=None):
             ap.error(f"--scratch-share: expected a share in (0, 1], got {args.scratch_share}")
         kernels.engine.SCRATCH_SHARE = args.scratch_share
     loops = [x for x in args.loops.split(",") if x]
-    unknown = sorted(set(loops) - set(LOOPS))
-    if unknown or not loops:
-        ap.error(f"--loops: unknown {', '.join(unknown) or '(none given)'}; choose from {', '.join(LOOPS)}")
+    if not loops:
+        ap.error(f"--loops: unknown (none given); choose from {', '.join(LOOPS)}")
+    for name in loops:
+        try:
+            LOOPS[name] = loop_config(name)
+        except ValueError as exc:
+            ap.error(f"--loops: {exc}")
     sol_inputs = [x for x in args.sol_inputs.split(",") if x]
     bad = sorted(set(sol_inputs) - set(SOL_INPUTS))
     if bad or not sol_inputs:

@@ -37,6 +37,11 @@ BENCH = REPO / "benchmarks"
 
 @pytest.mark.parametrize("args, message", [
     (["--loops", "ws,bogus"], "--loops: unknown bogus; choose from default, ws, ws2, tma, sm80, sm86, sm89, sm100, sm120"),
+    (["--loops", ""], "--loops: unknown (none given)"),
+    (["--loops", "sm89/num_stages=0"], "--loops: sm89/num_stages=0: expected setting=positive integer, setting one of "
+                                       "num_stages, sol_warps, psa_warps, psa_block_n, pool_chunk, got 'num_stages=0'"),
+    (["--loops", "sm89/stages=4"], "got 'stages=4'"),
+    (["--loops", "default/num_stages=4"], "--loops: default/num_stages=4: name a row to change"),
     (["--sol-inputs", "noise"], "--sol-inputs: unknown noise; choose from gaussian, video"),
     (["--sol-inputs", "video", "--sol-seqs", "75600,4096"], "--sol-inputs video needs a video grid"),
     (["--kitchen"], "--kitchen: comfy_kitchen"),
@@ -47,6 +52,17 @@ def test_bench_kernels_refuses_what_it_cannot_run_before_it_needs_a_gpu(tmp_path
     from benchmarks import bench_kernels
 
     assert message in usage_error(bench_kernels.main, tmp_path, capsys, *args)
+
+
+def test_a_loop_name_changes_the_settings_of_its_row():
+    from benchmarks import bench_kernels
+    from kernels.engine.launch_config import ARCHITECTURES
+
+    row = ARCHITECTURES[(8, 9)]
+    variant = bench_kernels.loop_config("sm89/num_stages=4/sol_warps=8")
+    assert (variant.num_stages, variant.sol_warps) == (4, 8) and variant.psa_block_n == row.psa_block_n
+    assert variant.capability == row.capability and bench_kernels.loop_config("sm89") is row
+    assert bench_kernels.loop_config("default") is None
 
 
 # ---------------------------------------------------------------- workload.py
