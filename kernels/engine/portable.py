@@ -128,7 +128,7 @@ def _block_sparse_kernel(
             DOT_DTYPE, OFFSET_DTYPE, GRID_PADDED, QUANTIZED)
     acc, l_i, m_i = attend_gathered_blocks(
         acc, l_i, m_i, q_exact, k_base, v_base, stride_kn, stride_vn, ids + n_grid, n_extra, ROW_MAP, score_scale,
-        key_scales, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, True, QUANTIZED)
+        key_scales, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, QUANTIZED)
     # A row with no term at all (Sol without its pooled term, nothing picked) is zero, unless
     # its query is NaN: NaN in, NaN out.
     empty = l_i == 0

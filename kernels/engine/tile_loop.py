@@ -98,14 +98,15 @@ def attend_gathered_blocks(
     acc, l_i, m_i, q,
     k_base, v_base, stride_kn, stride_vn, block_ids, count, row_map, score_scale, key_scales,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, PADDED: tl.constexpr, QUANTIZED: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, QUANTIZED: tl.constexpr,
 ):
     """Visit ``count`` key blocks listed at ``block_ids``, each in ceil(BLOCK_TOKENS / BLOCK_N)
     sub-tiles of BLOCK_N slots whose rows come from ``row_map`` (slot → token, -1 = padding).
 
     ``k_base``/``v_base`` point at row 0 of this (batch, head); K and V rows have their own
-    strides (a v that is a view of a fused qkv, say). PADDED: some listed block has padding
-    slots or the tile is cut by BLOCK_N (their scores become -inf). OFFSET_DTYPE is int32
+    strides (a v that is a view of a fused qkv, say). The blocks it runs, the extra (text)
+    blocks, may have padding slots (the last one is short), whose scores become -inf, as do
+    the slots past the block when BLOCK_N does not divide it. OFFSET_DTYPE is int32
     whenever every row offset of one (batch, head) fits (the host checks), since 64-bit address
     arithmetic on every tile element costs twice the instructions. ``score_scale``,
     ``key_scales``, QUANTIZED: :func:`exact_scores` (k then points at the key codes).
@@ -116,16 +117,10 @@ def attend_gathered_blocks(
     for t in range(0, count * SUB):
         blk, blk_next = next_block_id(block_ids, blk_next, t, count * SUB, SUB)
         local = (t % SUB) * BLOCK_N + offs_n
-        if PADDED:
-            rows = tl.load(row_map + blk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
-            bias = tl.where(rows >= 0, 0.0, float("-inf"))
-            rows = tl.maximum(rows, 0)
-        else:
-            rows = tl.load(row_map + blk * BLOCK_TOKENS + local)
-            bias = tl.zeros([BLOCK_N], dtype=tl.float32)  # unread
-        acc, l_i, m_i = attend_key_rows(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, rows, bias, blk,
-                                        score_scale, key_scales, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, PADDED,
-                                        QUANTIZED)
+        rows = tl.load(row_map + blk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
+        acc, l_i, m_i = attend_key_rows(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, tl.maximum(rows, 0),
+                                        tl.where(rows >= 0, 0.0, float("-inf")), blk, score_scale, key_scales,
+                                        HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, True, QUANTIZED)
     return acc, l_i, m_i
 
 
