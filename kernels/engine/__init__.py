@@ -12,9 +12,9 @@ lowers the mask to that backend's work form:
 ``launch_config`` holds the per-architecture launch configurations; ``launch_order`` the
 order programs run in; ``precision`` the precision of the exact blocks' QKᵀ ("bf16", "int8",
 "fp8", or "auto": per architecture), with ``quantize`` the int8 and fp8 operands. A quantized
-call always runs the portable kernel: on a launch row whose loop is the warp-specialised
-Hopper loop (sm_90) that loop has no quantized path yet, and the portable kernel (TMA boxes
-there) takes the call.
+PSA call on the sm_90 row runs the Hopper loop with its QKᵀ on the codes; a quantized Sol call
+runs the portable kernel everywhere (TMA boxes on sm_90): its pooled chunks share the Hopper
+loop's ring with the exact blocks, in the input dtype.
 
 Scratch memory: a caller that allocates work memory per head (Sol's pooled means, its mask
 and the engine's work form of it; quantized keys, for both methods) runs its heads in groups whose
@@ -93,14 +93,15 @@ def query_tile_rows(layout: BlockLayout) -> int:
 
 def _hopper_loop_runs(q, k, v, layout: BlockLayout, *, pooled: bool, config: LaunchConfig,
                       precision: str) -> bool:
-    """Whether a call runs the warp-specialised Hopper loop (else the portable kernel): never
-    with quantized (int8, fp8) exact blocks, which that loop has no path for."""
-    if not config.warp_specialized or precision in QUANTIZED_PRECISIONS:
+    """Whether a call runs the warp-specialised Hopper loop (else the portable kernel); with
+    quantized (int8, fp8) exact blocks only where it has that path (``ws_supported``)."""
+    if not config.warp_specialized:
         return False
     hopper = load_hopper_loop()
     sub_frames = tma_sub_frames(layout.tile) if config.tma else None
     return hopper is not None and hopper.ws_supported(q, k, v, layout, query_tile_rows(layout), sub_frames,
-                                                      config.num_stages, pooled)
+                                                      config.num_stages, pooled,
+                                                      quantized=precision in QUANTIZED_PRECISIONS)
 
 
 def work_bytes_per_head(q, k, v, layout: BlockLayout, *, pooled: bool, config: Optional[LaunchConfig] = None,
@@ -128,7 +129,7 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
     "auto" (``precision.AUTO_PRECISION``'s row of ``config``: Sol's with ``pooled``, else PSA's),
     "bf16" (the input dtype), "int8" or "fp8" (``quantize``: the keys of these heads are
     quantized here, smoothed by ``key_mean`` (B, Hg, D) float32 when the caller has it, else by
-    ``quantize.key_means``; the portable kernel runs the call; "fp8" needs sm_89 or later)."""
+    ``quantize.key_means``; "fp8" needs sm_89 or later)."""
     lay = mask.layout
     config = config or config_for_device(q.device)
     precision = resolve_precision(precision, config, "psa" if pooled is None else "sol").precision
@@ -136,15 +137,14 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
         out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
     sub_frames = tma_sub_frames(lay.tile) if config.tma else None
     block_m = query_tile_rows(lay)
+    keys = None
     if precision in QUANTIZED_PRECISIONS:
         keys = quantize_keys(k, lay, head_base, mask.num_heads, key_mean, precision)
         pooled = None if pooled is None else shifted(pooled, keys.mean)
-        return portable_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base, pooled=pooled,
-                                  config=config, block_m=block_m, sub_frames=sub_frames, keys=keys)
     if _hopper_loop_runs(q, k, v, lay, pooled=pooled is not None, config=config, precision=precision):
         with device_guard(q):
             return load_hopper_loop().ws_block_sparse_attention(
                 q, k, v, mask, scale=scale, out=out, head_base=head_base, pooled=pooled, block_m=block_m,
-                sub_frames=sub_frames, num_stages=config.num_stages)
+                sub_frames=sub_frames, num_stages=config.num_stages, keys=keys)
     return portable_attention(q, k, v, mask, scale=scale, out=out, head_base=head_base, pooled=pooled,
-                              config=config, block_m=block_m, sub_frames=sub_frames)
+                              config=config, block_m=block_m, sub_frames=sub_frames, keys=keys)

@@ -31,7 +31,10 @@ block's length get -inf); Sol's steps mix grid and text blocks, their padding ma
 pays (``edge_cover_rows``), PSA's blocks there run the edge cover: two boxes of half a slot
 per step, the top half rows of each frame, then each remaining row across half-tile-height
 frames, so that fewer steps read padding (at 720p, 45 = 5·8 + 5 rows, 3×8×W tiles: 2 steps
-instead of 3). The semantics are the portable kernel's; the float references are the same.
+instead of 3). With quantized keys (PSA's 128-row tiles, ``QUANTIZED``) the K boxes are
+boxes of the key codes, the query tiles are quantized in the consumers' prologue and QKᵀ runs
+on 8-bit operands; P·V stays in the input dtype. The semantics are the portable kernel's; the
+float references are the same.
 Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``), and only with
 Triton >= 3.6 (``engine.load_hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable
 kernel.
@@ -58,6 +61,7 @@ from .._device import triton_interpreting
 from .id_lists import id_lists
 from .launch_args import grid_geometry, strides
 from .pair_streams import pair_streams
+from .quantize import code_range, code_scale, encode
 from .tile_loop import tma_views
 
 __all__ = ["ROWS", "cover_box", "cover_steps", "edge_cover_rows", "ws_block_sparse_attention", "ws_supported"]
@@ -89,7 +93,9 @@ class LoopShape:
     (``BLOCK_N``), the blocks (``BLOCK_TOKENS``, tile, TMA box frames ``SUB_T``, block grid),
     the ring depth, and which phases, layouts and key covers this launch has: the padding bias
     of a padded grid (under the edge cover, of the blocks above the last block row), and the
-    edge cover's real rows of the last block row (``EDGE_ROWS``, 0 without the cover)."""
+    edge cover's real rows of the last block row (``EDGE_ROWS``, 0 without the cover), and
+    whether QKᵀ takes quantized operands (``QUANTIZED``: the K descriptors box the key codes
+    of the group's heads, int8 or float8 e4m3, and the query tiles are quantized here)."""
 
     HEAD_DIM: gl.constexpr
     BLOCK_N: gl.constexpr
@@ -108,6 +114,7 @@ class LoopShape:
     HAS_EXTRA: gl.constexpr
     GRID_PADDED: gl.constexpr
     EDGE_ROWS: gl.constexpr
+    QUANTIZED: gl.constexpr
 
     @constexpr_function
     def __init__(self, **fields):
@@ -117,10 +124,10 @@ class LoopShape:
 @aggregate
 class LoopCall:
     """The run-time arguments of a launch: q/o pointers and strides, the mask (work order,
-    counts, ids), the layout (slot map, block lengths, Sol's key bits), Sol's pooled term (log2 lengths,
-    routed bitmap), the TMA descriptors (the edge cover's half-slot boxes: ``*_half`` the top
-    half rows of one frame, ``*_row`` one row of half-tile-height frames) and the scalars of
-    the geometry."""
+    counts, ids), the layout (slot map, block lengths, Sol's key bits), Sol's pooled term (log2
+    lengths, routed bitmap), the key blocks' scales of quantized keys (``K_SCALES``, (B, Hg,
+    NB)), the TMA descriptors (the edge cover's half-slot boxes: ``*_half`` the top half rows of
+    one frame, ``*_row`` one row of half-tile-height frames) and the scalars of the geometry."""
 
     Q: gl.tensor
     O: gl.tensor
@@ -132,6 +139,7 @@ class LoopCall:
     KEY_BITS: gl.tensor
     LOG2_LEN: gl.tensor
     ROUTED_BITS: gl.tensor
+    K_SCALES: gl.tensor
     k_grid: tma.tensor_descriptor
     v_grid: tma.tensor_descriptor
     k_seq: tma.tensor_descriptor
@@ -471,7 +479,10 @@ def _producer(call, ring, shape):
     h, hq, qblk, first_row, list_row, n_grid, n_extra, live = _work_item(call, shape, 0)
     BLOCK_N: gl.constexpr = shape.BLOCK_N
     ids = call.IDS + list_row * call.list_stride
-    if shape.K_HEADS_IN_COLUMNS:
+    if shape.QUANTIZED:  # the key codes (B, L, Hg, D) hold the group's heads only
+        k_b = b
+        k_col = (h - call.head_base) * shape.HEAD_DIM
+    elif shape.K_HEADS_IN_COLUMNS:
         k_b = b
         k_col = h * shape.HEAD_DIM
     else:
@@ -542,12 +553,13 @@ class Consumer:
     """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
     it waits on, which bit of a Sol stream entry is its item's), whether it takes turns with
     the other consumer (``PING_PONG``), the layouts of its scores, accumulator and P operand,
-    and the softmax scale."""
+    the scores' accumulator type (int32 for int8 codes, else float32) and the softmax scale."""
 
     c: gl.constexpr
     PING_PONG: gl.constexpr
     BLOCK_N: gl.constexpr
     s_layout: gl.constexpr
+    s_dtype: gl.constexpr
     acc_layout: gl.constexpr
     p_layout: gl.constexpr
     qk_scale_log2: _SCALAR
@@ -558,10 +570,10 @@ class Consumer:
 
 
 @gluon.jit
-def _softmax_update(s, m_i, l_i, acc, bias, me):
-    """Fold the scores ``s`` (+ ``bias``) of one key tile into the running max and sum and
-    rescale the accumulator; returns P as the PV operand."""
-    s = s * me.qk_scale_log2 + bias[None, :]
+def _softmax_update(s, m_i, l_i, acc, bias, scale, me):
+    """Fold the scores ``s`` (times ``scale``, + ``bias``) of one key tile into the running max
+    and sum and rescale the accumulator; returns P as the PV operand."""
+    s = s.to(gl.float32) * scale + bias[None, :]
     m_new = gl.maximum(m_i, gl.max(s, 1))
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(s - m_new[:, None])
@@ -571,17 +583,17 @@ def _softmax_update(s, m_i, l_i, acc, bias, me):
 
 
 @gluon.jit
-def _attend(state, q_smem, ring, slot, phase, bias, me):
-    """One key tile of the online softmax against ring slot ``slot``; ``state`` is the
-    accumulator, the running max and the running sum."""
+def _attend(state, q_smem, ring, slot, phase, bias, scale, me):
+    """One key tile of the online softmax against ring slot ``slot``, its scores times
+    ``scale``; ``state`` is the accumulator, the running max and the running sum."""
     acc, m_i, l_i = state
     k_buf = ring.k_ring.index(slot)
     v_buf = ring.v_ring.index(slot)
     mbarrier.wait(ring.k_ready.index(slot), phase)
-    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], gl.float32, me.s_layout),
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], me.s_dtype, me.s_layout),
                       use_acc=False, is_async=True)
     s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
-    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, me)
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, scale, me)
     p_op = gl.convert_layout(p.to(v_buf.dtype), me.p_layout)
     mbarrier.wait(ring.v_ready.index(slot), phase)
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
@@ -605,7 +617,7 @@ def _pass(ring, slot, phase):
 def _stream_step(state, q_smem, ring, slot, phase, bias, me, users):
     """One step of a Sol pair stream: computed if ``users`` has this consumer's item, else passed."""
     if ((users >> me.c) & 1) != 0:
-        state = _attend(state, q_smem, ring, slot, phase, bias, me)
+        state = _attend(state, q_smem, ring, slot, phase, bias, me.qk_scale_log2, me)
     else:
         _pass(ring, slot, phase)
     return state
@@ -618,7 +630,7 @@ def _take_turn(ring, turns, c: gl.constexpr):
 
 
 @gluon.jit
-def _attend_in_turn(state, q_smem, ring, slot, phase, bias, me):
+def _attend_in_turn(state, q_smem, ring, slot, phase, bias, scale, me):
     """``_attend`` ping-pong (FlashAttention-3), for the two consumers of a shared ring: they
     take turns at the tensor cores. In its turn a consumer issues the previous tile's PV and
     this tile's QKᵀ and hands the turn over; its softmax then runs while the other's MMAs do.
@@ -631,24 +643,58 @@ def _attend_in_turn(state, q_smem, ring, slot, phase, bias, me):
     acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)
     k_buf = ring.k_ring.index(slot)
     mbarrier.wait(ring.k_ready.index(slot), phase)
-    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], gl.float32, me.s_layout),
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], me.s_dtype, me.s_layout),
                       use_acc=False, is_async=True)
     mbarrier.arrive(ring.turn.index(1 - me.c), count=1)
     acc, s, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s, q_smem, k_buf, v_prev))
     mbarrier.arrive(ring.empty.index(prev_slot), count=1, pred=has_prev)
-    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, me)
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, scale, me)
     p_op = gl.convert_layout(p.to(v_prev.dtype), me.p_layout)
     return acc, m_i, l_i, p_op, slot, phase, turns >= 0, turns + 1
 
 
 @gluon.jit
-def _step(state, q_smem, ring, slot, phase, bias, me):
-    """One key tile: in turn on a shared ring, else on the consumer's own."""
+def _step(state, q_smem, ring, slot, phase, bias, scale, me):
+    """One key tile, its scores times ``scale``: in turn on a shared ring, else on the
+    consumer's own."""
     if me.PING_PONG:
-        state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, me)
+        state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, scale, me)
     else:
-        state = _attend(state, q_smem, ring, slot, phase, bias, me)
+        state = _attend(state, q_smem, ring, slot, phase, bias, scale, me)
     return state
+
+
+@gluon.jit
+def _block_scale(shape, k_scales, blk, score_scale):
+    """The factor of the scores of key block ``blk``: ``score_scale`` (the softmax scale in
+    log2 units, times the query tile's scale with quantized keys), times the block's scale
+    with quantized keys."""
+    if shape.QUANTIZED:
+        score_scale = score_scale * gl.load(k_scales + blk)
+    return score_scale
+
+
+@gluon.jit
+def _quantized_query(call, shape, q, rows_ok, partner_row, qblk, q_base, live, load_layout: gl.constexpr,
+                     CODE_DTYPE: gl.constexpr):
+    """The codes of a consumer's query rows ``q`` (``rows_ok``: those holding tokens) and the
+    scale of the 128-row query tile it shares with the other consumer, whose rows start at
+    ``partner_row`` of query block ``qblk``: the tile the float reference and the portable
+    kernel quantize as one (``quantize.quantize_query_tile``'s rule), so its largest element is
+    taken over both halves; the other half is read for its range only."""
+    local = partner_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, load_layout))
+    slots = gl.load(call.ROW_MAP + qblk * shape.BLOCK_TOKENS + local, mask=live & (local < shape.BLOCK_TOKENS),
+                    other=-1)
+    other_ok = slots >= 0
+    rows = gl.maximum(slots, 0).to(gl.int64)
+    offs_d = gl.arange(0, shape.HEAD_DIM, layout=gl.SliceLayout(0, load_layout))
+    other = gl.load(q_base + rows[:, None] * call.stride_qn + offs_d[None, :], mask=other_ok[:, None], other=0.0)
+    x = q.to(gl.float32)
+    amax, bad = code_range(x, rows_ok[:, None])
+    other_max, other_bad = code_range(other.to(gl.float32), other_ok[:, None])
+    bad = bad | other_bad
+    scale, divisor = code_scale(gl.maximum(amax, other_max), bad, CODE_DTYPE)
+    return encode(x, divisor, bad, CODE_DTYPE), scale
 
 
 @gluon.jit
@@ -760,8 +806,10 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     TILE_H: gl.constexpr = shape.TILE_H
     TILE_W: gl.constexpr = shape.TILE_W
 
+    # QKᵀ's wgmma reduces 32 8-bit codes a step, 16 half-precision elements.
+    QK_K: gl.constexpr = 32 if shape.QUANTIZED else 16
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
+                                                       instr_shape=[16, BLOCK_N, QK_K])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                          instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
@@ -779,12 +827,23 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     q = gl.load(q_base + rows[:, None] * call.stride_qn + offs_d[None, :], mask=rows_ok[:, None], other=0.0)
     q_nan = gl.max((q != q).to(gl.int32), 1) > 0
     q_smem = ring.q_bufs.index(c)
-    q_smem.store(q)
+    score_scale = call.qk_scale_log2
+    k_scales = call.K_SCALES
+    if shape.QUANTIZED:
+        partner_row = first_row + ROWS if c == 0 else first_row - ROWS
+        codes, q_scale = _quantized_query(call, shape, q, rows_ok, partner_row, qblk, q_base, live, load_layout,
+                                          q_smem.dtype)
+        q_smem.store(codes)
+        score_scale = q_scale * call.qk_scale_log2
+        k_scales = call.K_SCALES + (b.to(gl.int64) * call.group_heads + h - call.head_base) * call.num_blocks
+    else:
+        q_smem.store(q)
     fence_async_shared()
 
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
-    me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, acc_layout=acc_layout,
+    me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout,
+                  s_dtype=gl.int32 if q_smem.dtype == gl.int8 else gl.float32, acc_layout=acc_layout,
                   p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
     state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
              gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout)),
@@ -792,7 +851,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     if shape.SHARED_LIST:
         zero = n_grid * 0  # run-time zero: loop-carried state must not start as a constexpr
         first_slot, _ = _ring_slot(shape, zero)
-        state = state + (gl.zeros([ROWS, BLOCK_N], q_smem.dtype, p_layout), first_slot, zero, zero > 0, zero)
+        state = state + (gl.zeros([ROWS, BLOCK_N], ring.v_ring.dtype, p_layout), first_slot, zero, zero > 0, zero)
     i = 0
     if shape.POOLED:
         # Sol's pooled term: one column per pooled block, logit + log2(len), routed ones out.
@@ -804,7 +863,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             bias = _pooled_bias(call, bits, chunk, offs_n, BLOCK_N)
             slot, phase = _ring_slot(shape, i)
             if shape.SHARED_LIST:
-                state = _step(state, q_smem, ring, slot, phase, bias, me)
+                state = _step(state, q_smem, ring, slot, phase, bias, score_scale, me)
             else:
                 state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
             i += 1
@@ -821,6 +880,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
         for j in range(n_grid):
             blk = _listed_block(ids, j, n_grid)
             n_sub, on_edge = _covered_steps(blk, shape)
+            block_scale = _block_scale(shape, k_scales, blk, score_scale)
             for s in range(n_sub):
                 if not shape.GRID_PADDED:
                     bias = _cover_bias(shape, on_edge, s, offs_n, zero_bias)
@@ -829,17 +889,19 @@ def _consumer(call, ring, shape, c: gl.constexpr):
                 else:
                     bias = _grid_box_bias(call, _box_corner(blk, s, shape), box_t, box_h, box_w)
                 slot, phase = _ring_slot(shape, i)
-                state = _step(state, q_smem, ring, slot, phase, bias, me)
+                state = _step(state, q_smem, ring, slot, phase, bias, block_scale, me)
                 i += 1
     elif shape.SHARED_LIST:
         for t in range(n_grid * SUB):
-            if shape.GRID_PADDED:
-                bias = _grid_box_bias(call, _box_corner(gl.load(ids + t // SUB).to(gl.int32), t, shape), box_t,
-                                      box_h, box_w)
-            else:
-                bias = zero_bias
+            block_scale = score_scale
+            bias = zero_bias
+            if shape.GRID_PADDED or shape.QUANTIZED:
+                blk = gl.load(ids + t // SUB).to(gl.int32)
+                block_scale = _block_scale(shape, k_scales, blk, score_scale)
+                if shape.GRID_PADDED:
+                    bias = _grid_box_bias(call, _box_corner(blk, t, shape), box_t, box_h, box_w)
             slot, phase = _ring_slot(shape, i)
-            state = _step(state, q_smem, ring, slot, phase, bias, me)
+            state = _step(state, q_smem, ring, slot, phase, bias, block_scale, me)
             i += 1
     else:
         # Sol: the pair stream's steps, a key block in each half of the slot.
@@ -858,7 +920,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
             slot, phase = _ring_slot(shape, i)
-            state = _step(state, q_smem, ring, slot, phase, bias, me)
+            state = _step(state, q_smem, ring, slot, phase, bias, _block_scale(shape, k_scales, blk, score_scale), me)
             i += 1
 
     if shape.SHARED_LIST:
@@ -883,7 +945,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
 @gluon.jit
 def _ws_block_sparse_kernel(
     Q, O, K_GRID, V_GRID, K_SEQ, V_SEQ, K_POOL, V_POOL, K_HALF, V_HALF, K_ROW, V_ROW,
-    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, KEY_BITS, LOG2_LEN, ROUTED_BITS,
+    WORK, COUNTS, IDS, ROW_MAP, LENGTHS, KEY_BITS, LOG2_LEN, ROUTED_BITS, K_SCALES,
     stride_qb, stride_qn, stride_qh, stride_ob, stride_on, stride_oh,
     n_work, tiles_per_block, num_blocks, head_base, list_batch_stride, list_stride, bits_batch_stride, bits_stride,
     num_heads, group_heads, n_grid_blocks, n_grid_tokens, tokens_t, tokens_h, tokens_w, qk_scale_log2,
@@ -892,14 +954,18 @@ def _ws_block_sparse_kernel(
     GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
     SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
     POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr, EDGE_ROWS: gl.constexpr,
+    QUANTIZED: gl.constexpr,
 ):
-    dtype: gl.constexpr = K_GRID.dtype
-    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], dtype)
-    ring_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], dtype)
+    # QKᵀ's operands: the input dtype, or the key codes' (QUANTIZED); PV's: the input dtype.
+    qk_dtype: gl.constexpr = K_GRID.dtype
+    v_dtype: gl.constexpr = V_GRID.dtype
+    q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], qk_dtype)
+    k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], qk_dtype)
+    v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], v_dtype)
     slot_barriers: gl.constexpr = [STAGES, 1]
-    ring = Ring(q_bufs=gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_DIM], q_layout),
-                k_ring=gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], ring_layout),
-                v_ring=gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, HEAD_DIM], ring_layout),
+    ring = Ring(q_bufs=gl.allocate_shared_memory(qk_dtype, [2, ROWS, HEAD_DIM], q_layout),
+                k_ring=gl.allocate_shared_memory(qk_dtype, [STAGES, BLOCK_N, HEAD_DIM], k_layout),
+                v_ring=gl.allocate_shared_memory(v_dtype, [STAGES, BLOCK_N, HEAD_DIM], v_layout),
                 k_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 v_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
                 empty=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
@@ -914,17 +980,17 @@ def _ws_block_sparse_kernel(
                       TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES,
                       SHARED_LIST=SHARED_LIST, K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS,
                       V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED, HAS_EXTRA=HAS_EXTRA,
-                      GRID_PADDED=GRID_PADDED, EDGE_ROWS=EDGE_ROWS)
+                      GRID_PADDED=GRID_PADDED, EDGE_ROWS=EDGE_ROWS, QUANTIZED=QUANTIZED)
     call = LoopCall(
         Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, KEY_BITS=KEY_BITS,
-        LOG2_LEN=LOG2_LEN,
-        ROUTED_BITS=ROUTED_BITS, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ, v_seq=V_SEQ, k_pool=K_POOL,
-        v_pool=V_POOL, k_half=K_HALF, v_half=V_HALF, k_row=K_ROW, v_row=V_ROW, stride_qb=stride_qb,
-        stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob, stride_on=stride_on, stride_oh=stride_oh,
-        n_work=n_work, tiles_per_block=tiles_per_block,
-        num_blocks=num_blocks, head_base=head_base, list_batch_stride=list_batch_stride, list_stride=list_stride,
-        bits_batch_stride=bits_batch_stride, bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads, n_grid_blocks=n_grid_blocks,
-        n_grid_tokens=n_grid_tokens, tokens_t=tokens_t, tokens_h=tokens_h, tokens_w=tokens_w,
+        LOG2_LEN=LOG2_LEN, ROUTED_BITS=ROUTED_BITS, K_SCALES=K_SCALES, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ,
+        v_seq=V_SEQ, k_pool=K_POOL, v_pool=V_POOL, k_half=K_HALF, v_half=V_HALF, k_row=K_ROW, v_row=V_ROW,
+        stride_qb=stride_qb, stride_qn=stride_qn, stride_qh=stride_qh, stride_ob=stride_ob, stride_on=stride_on,
+        stride_oh=stride_oh, n_work=n_work, tiles_per_block=tiles_per_block, num_blocks=num_blocks,
+        head_base=head_base, list_batch_stride=list_batch_stride, list_stride=list_stride,
+        bits_batch_stride=bits_batch_stride, bits_stride=bits_stride, num_heads=num_heads, group_heads=group_heads,
+        n_grid_blocks=n_grid_blocks, n_grid_tokens=n_grid_tokens, tokens_t=tokens_t, tokens_h=tokens_h,
+        tokens_w=tokens_w,
         qk_scale_log2=qk_scale_log2)
     # Consumer 0 is the default partition (it runs in the kernel's 4 warps).
     gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
@@ -937,33 +1003,43 @@ def _ws_block_sparse_kernel(
 SHARED_MEMORY_BUDGET = 232448 - 2048
 
 
-def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, most: int) -> int:
+def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, most: int,
+                key_size: int | None = None) -> int:
     """Slots of the key ring: as many as fit beside the two 64-row query tiles, at most ``most``
     (the configuration's ``num_stages``) per work item: Sol's two items of a program share
-    the ring, so with 64-row tiles it has twice that."""
-    slot = 2 * block_n * head_dim * element_size  # a K and a V tile
-    free = SHARED_MEMORY_BUDGET - 2 * ROWS.value * head_dim * element_size
+    the ring, so with 64-row tiles it has twice that. ``element_size``: bytes of a value (and
+    of a key and a query, unless ``key_size`` gives those: 1 for 8-bit codes)."""
+    key_size = element_size if key_size is None else key_size
+    slot = block_n * head_dim * (key_size + element_size)  # a K and a V tile
+    free = SHARED_MEMORY_BUDGET - 2 * ROWS.value * head_dim * key_size
     return max(0, min(most * (1 if block_m == 128 else 2), free // slot))
 
 
-def ws_supported(q, k, v, layout, block_m: int, sub_frames, num_stages: int, pooled: bool) -> bool:
+def ws_supported(q, k, v, layout, block_m: int, sub_frames, num_stages: int, pooled: bool,
+                 quantized: bool = False) -> bool:
     """Whether a call on ``layout`` with ``block_m``-row query tiles runs the warp-specialised
     loop (else the portable kernel runs): fp16/bf16, D 64 or 128, 64- or 128-row query tiles,
     TMA boxes of 64 or 128 rows whose ring fits at least 2 slots, and TMA views of K and V.
     64-row tiles only with Sol's pooled term: on bare key lists this loop was 6 % slower than the
     portable one on gaussian inputs and within run-to-run noise on video-like ones (H200).
-    Never under Triton's interpreter, which does not run Gluon. It reads no mask, so the engine
-    also asks it for the memory of a call's work form before the call routes."""
+    ``quantized`` (int8 or fp8 key codes, which the engine writes contiguous, so TMA can box
+    them): 128-row tiles without a pooled term only, PSA's; Sol's pooled chunks share the ring
+    with its exact blocks, in the input dtype. Never under Triton's interpreter, which does not
+    run Gluon. It reads no mask, so the engine also asks it for the memory of a call's work
+    form before the call routes."""
     if triton_interpreting():
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in (64, 128):
         return False
     if block_m not in (64, 128) or sub_frames is None or (block_m == 64 and not pooled):
         return False
+    if quantized and (pooled or block_m != 128):
+        return False
     box_rows = sub_frames * layout.tile[1] * layout.tile[2]
     if box_rows not in (64, 128) or (block_m == 64 and box_rows != 64):
         return False
-    if ring_stages(block_m, step_keys(block_m, box_rows), q.shape[3], q.element_size(), num_stages) < 2:
+    if ring_stages(block_m, step_keys(block_m, box_rows), q.shape[3], q.element_size(), num_stages,
+                   key_size=1 if quantized else None) < 2:
         return False
     return all(tma_views(x, layout.grid) is not None for x in (k, v))
 
@@ -996,12 +1072,17 @@ def step_keys(block_m: int, box_rows: int) -> int:
     return box_rows if block_m == 128 else 2 * box_rows
 
 
+# The element types the loop reads: q, k, v, and the key codes of quantized calls.
+_GLUON_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16, torch.int8: gl.int8,
+                 torch.float8_e4m3fn: gl.float8e4nv}
+
+
 def _tma_descriptor(x, shape, strides, box):
     """A Gluon TMA descriptor of ``x`` seen as ``shape``/``strides``, in boxes ``box`` with the
     box's default swizzled shared layout (the one the ring's slots are reinterpreted as)."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    dtype = gl.float16 if x.dtype == torch.float16 else gl.bfloat16
+    dtype = _GLUON_DTYPES[x.dtype]
     return TensorDescriptor(x, shape, strides, box, gl.NVMMASharedLayout.get_default_for(box, dtype))
 
 
@@ -1073,17 +1154,21 @@ def launch_per_head(device, kv_bytes_per_head: int) -> bool:
     return 0 < l2 < kv_bytes_per_head
 
 
-def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, block_m, sub_frames, num_stages):
+def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, block_m, sub_frames, num_stages,
+                              keys=None):
     """``engine.block_sparse_attention`` with the warp-specialised loop (the caller checked
     ``ws_supported``): ``mask`` lowered to id lists of 128-row tiles, or to pair streams of
-    64-row tiles."""
+    64-row tiles; with ``keys`` (``quantize.QuantizedKeys`` of the group's heads, PSA's tiles
+    only) QKᵀ reads their codes and quantizes the query tiles in the same format."""
     lay = mask.layout
     B, L, H, D = q.shape
     shared = block_m == 128
     block_n = step_keys(block_m, sub_frames * lay.tile[1] * lay.tile[2])
     edge_rows = edge_cover_rows(lay, sub_frames) if shared else 0
     cover = edge_rows > 0
-    k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k, lay, sub_frames, block_n, cover, halves=not shared)
+    k_read = k if keys is None else keys.codes
+    k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k_read, lay, sub_frames, block_n, cover,
+                                                        halves=not shared)
     v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover, halves=not shared)
     if pooled is not None:
         k_pool, v_pool = _pool_descriptor(pooled.k_mean, block_n), _pool_descriptor(pooled.v_mean, block_n)
@@ -1099,14 +1184,15 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, b
                        BLOCK_TOKENS=lay.block_tokens, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks,
                        GRID_PADDED=_cut_in_frames_or_columns(lay) if cover else lay.padded, EDGE_ROWS=edge_rows,
                        **grid_geometry(lay))
-    shape_args = dict(HEAD_DIM=D, BLOCK_N=block_n, SUB_T=sub_frames,
-                      STAGES=ring_stages(block_m, block_n, D, q.element_size(), num_stages),
+    stages = ring_stages(block_m, block_n, D, q.element_size(), num_stages, key_size=k_read.element_size())
+    shape_args = dict(HEAD_DIM=D, BLOCK_N=block_n, SUB_T=sub_frames, STAGES=stages,
                       SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
-                      POOLED=pooled is not None)
+                      POOLED=pooled is not None, QUANTIZED=keys is not None)
 
     def launch(work, counts, ids, list_batch_stride, tiles_per_block):
         _ws_block_sparse_kernel[(work.shape[0] // (1 if shared else 2), B)](
             Q=q, O=out, **descriptors, WORK=work, COUNTS=counts, IDS=ids, LOG2_LEN=log2_len, ROUTED_BITS=bits,
+            K_SCALES=lay.lengths if keys is None else keys.scales,  # unused without quantized keys
             **strides(q=q, o=out), **layout_args, **shape_args,
             n_work=work.shape[0], tiles_per_block=tiles_per_block, head_base=head_base,
             list_batch_stride=list_batch_stride, list_stride=ids.shape[-1],

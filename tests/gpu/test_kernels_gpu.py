@@ -208,15 +208,17 @@ def test_quantized_full_size(method, grid, tile, extra, layout, precision):
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_quantized_on_every_architectures_configuration(monkeypatch, arch, precision):
     """Each architecture's launch row forced here with quantized exact blocks (the portable
-    kernel, TMA boxes or the pointer loop as the row says; never the warp-specialised loop): PSA
-    and Sol, text blocks, HunyuanVideo's single-block layout, against their references of the
-    same precision. fp8 on the sm_80 and sm_86 rows (no fp8 tensor cores) is refused by name."""
+    kernel, TMA boxes or the pointer loop as the row says; PSA on the sm_90 row the
+    warp-specialised loop, never Sol there): PSA and Sol, text blocks, HunyuanVideo's
+    single-block layout, against their references of the same precision. fp8 on the sm_80 and
+    sm_86 rows (no fp8 tensor cores) is refused by name."""
     from kernels.engine import load_hopper_loop
 
     hopper = load_hopper_loop()
     if hopper is not None:
-        monkeypatch.setattr(hopper, "ws_block_sparse_attention",
-                            lambda *a, **kw: pytest.fail(f"{precision} on the ws loop"))
+        real = hopper.ws_block_sparse_attention
+        monkeypatch.setattr(hopper, "ws_block_sparse_attention", lambda *a, **kw: real(*a, **kw) if kw[
+            "pooled"] is None else pytest.fail(f"Sol in {precision} on the ws loop"))
     config = ARCHITECTURES[arch]
     grid, extra = (9, 45, 80), 256
     L = grid[0] * grid[1] * grid[2] + extra
@@ -253,11 +255,17 @@ WS_CASES = [
 ]
 
 
-@pytest.mark.parametrize("method,B,L,grid,tile,extra,H,D,dtype,layout", WS_CASES)
-def test_warp_specialised_loop_matches_the_portable_loop(monkeypatch, method, B, L, grid, tile, extra, H, D, dtype,
-                                                         layout):
-    """The Hopper loop (hopper_loop) against the portable kernel on the same inputs and mask:
-    every row written (outputs poisoned), equal up to accumulation order, and it did run."""
+# PSA's cases again with quantized QKᵀ (the key codes in the ring, the query tiles quantized in the loop).
+WS_PRECISION_CASES = ([("bf16", *case) for case in WS_CASES]
+                      + [(precision, *case) for precision in QUANTIZED for case in WS_CASES if case[0] == "psa"])
+
+
+@pytest.mark.parametrize("precision,method,B,L,grid,tile,extra,H,D,dtype,layout", WS_PRECISION_CASES)
+def test_warp_specialised_loop_matches_the_portable_loop(monkeypatch, precision, method, B, L, grid, tile, extra, H,
+                                                         D, dtype, layout):
+    """The Hopper loop (hopper_loop) against the portable kernel on the same inputs and mask, in
+    the same precision (quantized: the same codes and scales): every row written (outputs
+    poisoned), equal up to accumulation order, and it did run."""
     import dataclasses
 
     from kernels.engine import load_hopper_loop
@@ -281,10 +289,10 @@ def test_warp_specialised_loop_matches_the_portable_loop(monkeypatch, method, B,
         kw = dict(beta=1.04, grid=grid)
         run = kernels.sol_attention
     poison(q.numel() * q.element_size())
-    out_ws = run(q, k, v, config=ws, **kw)
+    out_ws = run(q, k, v, config=ws, precision=precision, **kw)
     assert runs, "the warp-specialised loop did not run"
     poison(q.numel() * q.element_size())
-    out_portable = run(q, k, v, config=portable, **kw)
+    out_portable = run(q, k, v, config=portable, precision=precision, **kw)
     assert torch.isfinite(out_ws).all()
     assert rel_err(out_ws, out_portable) < 5e-3
 

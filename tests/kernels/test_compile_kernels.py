@@ -66,10 +66,10 @@ def fp8_mma(counts, arch: str) -> bool:
 
 def check_ptx(table, ptx):
     """--ptx holds every compiled launch, and the Hopper loop's hold its warpgroup MMAs. The
-    engine's int8 launches hold an int8 MMA (their QKᵀ) and the others none; its fp8 launches
-    hold the architecture's e4m3 MMA and the others none; the fp8 codes are written by a
-    conversion to e4m3 (exact: the values are on the e4m3 grid already); Sol's pooling pass sums
-    the keys in float64 in its quantized launches only."""
+    engine's int8 launches (portable kernel or Hopper loop) hold an int8 MMA (their QKᵀ) and
+    the others none; its fp8 launches hold the architecture's e4m3 MMA and the others none; the
+    fp8 codes are written by a conversion to e4m3 (exact: the values are on the e4m3 grid
+    already); Sol's pooling pass sums the keys in float64 in its quantized launches only."""
     launches = ptx["launches"]
     rows = {f"{r['arch']} {r['kernel']} {r['case']}": r for r in table["rows"] if "refused_by_triton" not in r}
     assert set(launches) == set(rows)
@@ -78,19 +78,20 @@ def check_ptx(table, ptx):
         if "_ws_block_sparse_kernel" in key:
             assert any(i.startswith("wgmma.mma_async") for i in counts), key
         precision, arch = rows[key]["precision"], rows[key]["arch"]
-        if rows[key]["kernel"] == "_block_sparse_kernel":
+        if rows[key]["kernel"] in ENGINE_KERNELS:
             assert integer_mma(counts) == (precision == "int8"), key
             if (arch, rows[key]["case"]) in FP8_BY_F16_MMA:
                 assert not fp8_mma(counts, arch) and f16_mma_of_e4m3(counts), key
             else:
                 assert fp8_mma(counts, arch) == (precision == "fp8"), key
-        if rows[key]["kernel"] in ("_block_sparse_kernel", "_quantize_keys_kernel"):
+        if rows[key]["kernel"] in ENGINE_KERNELS + ("_quantize_keys_kernel",):
             assert any("satfinite.e4m3x2" in i for i in counts) == (precision == "fp8"), key
         if rows[key]["kernel"] == "_pool_kernel":
             assert any(i.startswith("add.f64") for i in counts) == (precision != "bf16"), key
 
 
 FP8_ARCHS = ["sm_89", "sm_90", "sm_100", "sm_120"]  # fp8 tensor cores; precision refuses fp8 before
+ENGINE_KERNELS = ("_block_sparse_kernel", "_ws_block_sparse_kernel")  # the portable kernel, the Hopper loop
 
 
 def check_fp8_refusals(table):
@@ -112,28 +113,32 @@ def check_table(table):
     rows = [r for r in table["rows"] if "refused_by_triton" not in r]
     assert {r["arch"] for r in rows} == set(ARCHS)
     assert all(r["fits"] and r["shared"] <= r["limit"] for r in rows), [r for r in rows if not r.get("fits")]
-    engine = [r for r in rows if r["kernel"] in ("_block_sparse_kernel", "_ws_block_sparse_kernel")]
+    engine = [r for r in rows if r["kernel"] in ENGINE_KERNELS]
     bf16 = [r for r in engine if r["precision"] == "bf16"]
     quantized = [r for r in engine if r["precision"] != "bf16"]
     # TMA boxes exactly where the copy engine exists and the configuration takes them; the
     # warp-specialised loop on Hopper only, for every bf16 case it takes (30-token tiles make
-    # no box); quantized calls on the portable kernel everywhere, TMA boxes on sm_90 too.
+    # no box) and PSA's quantized ones; quantized Sol on the portable kernel everywhere, TMA
+    # boxes on sm_90 too.
     assert {r["arch"] for r in engine if r["tma"]} == {"sm_90", "sm_100"}
     assert {r["arch"] for r in engine if r["warp_specialized"]} == {"sm_90"}
     assert {r["case"] for r in bf16 if r["arch"] == "sm_90" and not r["warp_specialized"]} == {"psa 30-token tiles"}
-    assert not any(r["warp_specialized"] for r in quantized)
+    assert {r["case"] for r in quantized if r["warp_specialized"]} == {
+        r["case"] for r in quantized if r["arch"] == "sm_90" and r["case"].startswith("psa")
+        and not r["case"].startswith("psa 30-token tiles")}
     assert {r["case"] for r in quantized if r["arch"] == "sm_90" and not r["tma"]} == {
         "psa 30-token tiles, int8", "psa 30-token tiles, fp8"}
     # Every quantized case, int8 on every architecture and fp8 on those with fp8 tensor cores:
-    # the engine's quantized launch and the key quantization (Sol's cases also their pooling
-    # pass with the key sums).
+    # the engine's quantized launch (one of its two kernels) and the key quantization (Sol's
+    # cases also their pooling pass with the key sums).
     assert {case.split()[0] for case in table["quantized_cases"]} == {"psa", "sol"}
     assert any("d64" in c for c in table["quantized_cases"])
     for precision, archs in (("int8", ARCHS), ("fp8", FP8_ARCHS)):
         cases = {case + ", " + precision for case in table["quantized_cases"]}
-        for kernel in ("_block_sparse_kernel", "_quantize_keys_kernel"):
-            assert {(r["arch"], r["case"]) for r in rows if r["kernel"] == kernel and r["precision"] == precision} == {
-                (arch, case) for arch in archs for case in cases}, (kernel, precision)
+        for kernels in (ENGINE_KERNELS, ("_quantize_keys_kernel",)):
+            assert sorted((r["arch"], r["case"]) for r in rows if r["kernel"] in kernels
+                          and r["precision"] == precision) == sorted(
+                (arch, case) for arch in archs for case in cases), (kernels, precision)
         assert {r["case"] for r in rows if r["kernel"] == "_pool_kernel" and r["precision"] == precision} == {
             case for case in cases if case.startswith("sol")}
     # Sol's portable lowering (id lists from the bitmap) wherever the portable loop runs Sol:

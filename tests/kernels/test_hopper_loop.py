@@ -23,6 +23,9 @@ def test_rings_fit_sm90_shared_memory():
     assert ring_stages(128, 128, 64, 2, most=8) == 6    # d 64: smaller slots, more of them
     assert step_keys(64, 64) == 128 and step_keys(128, 128) == 128 and step_keys(128, 64) == 64
     assert ring_stages(128, 128, 128, 2, most=2) == 2   # capped by the configuration
+    # 8-bit key codes (PSA's quantized QKᵀ): 48 KB slots beside 16 KB of query codes
+    assert ring_stages(128, 128, 128, 2, most=8, key_size=1) == (SHARED_MEMORY_BUDGET - 16384) // 49152 == 4
+    assert ring_stages(128, 128, 128, 2, most=3, key_size=1) == 3
 
 
 def qkv(L, D=128, dtype=torch.bfloat16):
@@ -39,6 +42,7 @@ def test_the_calls_it_takes(compiled):
     psa = block_layout((6, 16, 32), (3, 8, 16))
     q, k, v = qkv(6 * 16 * 32)
     assert ws_supported(q, k, v, psa, 128, tma_sub_frames(psa.tile), 3, pooled=False)
+    assert ws_supported(q, k, v, psa, 128, tma_sub_frames(psa.tile), 3, pooled=False, quantized=True)
     sol = block_layout((4, 16, 16), (1, 8, 8))
     q, k, v = qkv(4 * 16 * 16)
     assert ws_supported(q, k, v, sol, 64, tma_sub_frames(sol.tile), 3, pooled=True)
@@ -61,6 +65,11 @@ def test_the_calls_it_leaves_to_the_portable_loop(compiled):
     tiny = block_layout((4, 6, 10), (2, 3, 5))                                 # 30-token tiles
     q, k, v = qkv(4 * 6 * 10)
     assert not ws_supported(q, k, v, tiny, 32, tma_sub_frames(tiny.tile), 3, pooled=False)
+    sol = block_layout((4, 16, 16), (1, 8, 8))                                 # quantized Sol: pooled term
+    q, k, v = qkv(4 * 16 * 16)
+    assert not ws_supported(q, k, v, sol, 64, tma_sub_frames(sol.tile), 3, pooled=True, quantized=True)
+    q, k, v = qkv(L)                                                           # quantized Sol on 128-row tiles
+    assert not ws_supported(q, k, v, psa, 128, frames, 3, pooled=True, quantized=True)
 
 
 @pytest.mark.parametrize("grid,tile,extra,rows,steps", [

@@ -384,24 +384,34 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     assert torch.equal(mask.heads(2, 4).to_dense(), mask.to_dense()[:, 2:4])
 
 
-def test_quantized_calls_never_reach_the_hopper_loop(monkeypatch):
-    """On a launch row whose loop is the warp-specialised Hopper loop, a call that loop would
-    take runs there in bf16 and on the portable kernel in int8 and fp8 (the loop has no
-    quantized path)."""
+def test_quantized_psa_reaches_the_hopper_loop_with_the_codes_and_sol_does_not(monkeypatch):
+    """On a launch row whose loop is the warp-specialised Hopper loop, a PSA call that loop
+    takes runs there in every precision, an int8 or fp8 one with the group's key codes; a
+    quantized Sol call (pooled term) runs the portable kernel (``ws_supported``'s rule, as on
+    a GPU)."""
+    import kernels.engine.hopper_loop as hopper_loop
     import types
 
-    fake = types.SimpleNamespace(ws_supported=lambda *a: True,
-                                 ws_block_sparse_attention=lambda *a, **kw: ran.append("hopper") or kw["out"])
+    monkeypatch.setattr(hopper_loop, "triton_interpreting", lambda: False)
+    hopper = []
+    fake = types.SimpleNamespace(ws_supported=hopper_loop.ws_supported,
+                                 ws_block_sparse_attention=lambda *a, **kw: hopper.append(kw["keys"]) or kw["out"])
     ran = []
     monkeypatch.setattr(engine, "load_hopper_loop", lambda: fake)
     real = engine.portable_attention
     monkeypatch.setattr(engine, "portable_attention", lambda *a, **kw: ran.append("portable") or real(*a, **kw))
-    q, k, v = qkv(1, 256, 2, 64, torch.float16, seed=2)
-    kw = dict(grid=(2, 8, 16), params=[[1, 0, 0, 2, 0, 0]] * 2, tile=(2, 8, 8), config=TMA_BOXES)
-    kernels.psa_attention(q, k, v, precision="bf16", **kw)
-    kernels.psa_attention(q, k, v, precision="int8", **kw)
-    kernels.psa_attention(q, k, v, precision="fp8", **kw)
-    assert ran == ["hopper", "portable", "portable"]
+    q, k, v = qkv(1, 6 * 16 * 32, 2, 64, torch.float16, seed=2)
+    kw = dict(grid=(6, 16, 32), params=[[1, 0, 0, 2, 0, 0]] * 2, tile=(3, 8, 16), config=TMA_BOXES)
+    for precision in ("bf16", "int8", "fp8"):
+        kernels.psa_attention(q, k, v, precision=precision, **kw)
+    assert ran == [] and hopper[0] is None
+    assert [keys.codes.dtype for keys in hopper[1:]] == [torch.int8, torch.float8_e4m3fn]
+    assert hopper[1].codes.shape == (1, 6 * 16 * 32, 2, 64)
+    monkeypatch.setattr(engine, "load_hopper_loop", lambda: types.SimpleNamespace(
+        ws_supported=hopper_loop.ws_supported, ws_block_sparse_attention=lambda *a, **kw: pytest.fail("Sol int8")))
+    q, k, v = qkv(1, 4 * 16 * 16, 2, 64, torch.float16, seed=3)
+    kernels.sol_attention(q, k, v, beta=1.0, grid=(4, 16, 16), config=TMA_BOXES, precision="int8")
+    assert ran == ["portable"]
     layout = block_layout((2, 8, 16), (2, 8, 8))
     assert engine.work_bytes_per_head(q, k, v, layout, pooled=False, config=TMA_BOXES, precision="int8") > \
         engine.work_bytes_per_head(q, k, v, layout, pooled=False, config=POINTER_LOOP, precision="bf16")
@@ -530,9 +540,10 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
     assert prec.resolve_precision("auto", ARCHITECTURES[(10, 0)], "sol").describe() == \
         "bf16 (auto: int8 not measured on this launch row)"
     assert prec.resolve_precision("int8", POINTER_LOOP, "sol").describe() == "int8 (asked for)"
-    assert "the portable kernel runs these calls" in prec.resolve_precision("int8", TMA_BOXES, "psa").reason
+    assert prec.resolve_precision("int8", TMA_BOXES, "psa").describe() == "int8 (asked for)"
     assert prec.resolve_precision("fp8", TMA_BOXES, "sol").describe() == (
-        "fp8 (asked for; the portable kernel runs these calls: the warp-specialised Hopper loop has no fp8 path)")
+        "fp8 (asked for; the portable kernel runs Sol's quantized calls: the warp-specialised Hopper loop has no "
+        "fp8 path beside Sol's pooled term)")
     with pytest.raises(ValueError, match="^method: expected one of 'sol', 'psa', got 'sol_attn'"):
         prec.resolve_precision("auto", POINTER_LOOP, "sol_attn")
     # the public form, for a device (the interpreter's is the Hopper row)
