@@ -26,9 +26,10 @@ before they ran 3), and the error each adds measured on the video-like workload
 Sol's 0.14-0.21 at densities 0.05-0.25 and to PSA's 0.29-0.33 with the Wan 720p preset,
 inside the bound ``auto`` keeps (0.002 absolute at density 0.15, 25 % relative); fp8 adds
 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017 to PSA's. int8 ran slower
-than bf16 on every row but one PSA density, so ``auto`` picks bf16 everywhere; a row never
-forced stays bf16 too. The results files (``benchmarks/results/pointer_rows_h100.json``,
-``pointer_rows_sm86_sm120_h100.json``, ``int8_loops_h100.json``,
+than bf16 on every row at density 0.15, and faster only at PSA's 0.40 on sm_80 and sm_90, so
+``auto`` picks bf16 everywhere; a row never forced stays bf16 too. The results files
+(``benchmarks/results/pointer_rows_h100.json``, ``pointer_rows_sm86_sm120_h100.json``,
+``int8_loops_h100.json``, ``psa_hopper_8bit_qk_h100.json``,
 ``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``) hold the
 commands.
 """
@@ -86,8 +87,8 @@ AUTO_PRECISION = {
     (8, 6): _pointer_loop_64("sm_86 row forced on an H100"),
     (8, 9): _pointer_loop_64("sm_89 row forced on an H100"),
     (9, 0): {"sol": _bf16("the Hopper loop in bf16 ran 1.09x / 1.09x faster than int8 at density 0.10 / 0.15 (H100)"),
-             "psa": _bf16("the Hopper loop in bf16 ran 1.14x / 1.09x faster than int8 at density 0.15 / 0.40 "
-                          "(H100)")},
+             "psa": _bf16("int8 ran 1.08x slower than bf16 at density 0.15 and 1.06x faster at 0.40 on the "
+                          "Hopper loop (8-bit QKᵀ, P·V in bf16; H100)")},
     (10, 0): {method: _NOT_FORCED for method in METHODS},
     (12, 0): _pointer_loop_64("sm_120 row forced on an H100"),
 }
