@@ -7,9 +7,9 @@ Usage (on a CUDA machine; writes one JSON file with the command that made it):
 loop and the portable kernel with TMA boxes); ``--loops sm89,sm89/num_stages=4`` a forced
 launch row beside itself with settings changed (``LOOP_SETTINGS``). ``--precisions bf16,int8,fp8`` times every Sol,
 PSA and forced-architecture row once per precision of the exact blocks' QKᵀ (``precision`` of
-the kernels; int8 and fp8 always run the portable kernel, also on a ``ws`` row; fp8 on a forced
-sm_80 / sm_86 row is refused, and the row records the error), each with its rel-L2 against
-cuDNN's output. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of
+the kernels: on a ``ws`` row PSA's quantized calls run the Hopper loop and Sol's the portable
+kernel, ``kernels.engine``; fp8 on a forced sm_80 / sm_86 row is refused, and the row records
+the error), each with its rel-L2 against cuDNN's output. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of
 ComfyUI's own Model Sparse Attention node) beside each Sol row, on the same inputs: at the same
 β (its ``tau``) and at the τ whose error matches the pack's (``bench_kitchen``). comfy-kitchen
 is never a dependency of the pack: the package is put on ``PYTHONPATH`` for the benchmark only
