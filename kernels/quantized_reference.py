@@ -26,7 +26,7 @@ from .block_mask import BlockLayout
 from .engine import query_tile_rows
 from .engine.quantize import CODE_FORMATS, CodeFormat, mean_of_sums
 
-__all__ = ["QuantizedOperands", "quantize_per_group", "quantize_per_channel", "smoothing_mean", "shifted_pooled_keys"]
+__all__ = ["QuantizedOperands", "quantize_per_group", "smoothing_mean", "shifted_pooled_keys"]
 
 
 def smoothing_mean(k: torch.Tensor) -> torch.Tensor:
@@ -44,40 +44,15 @@ def quantize_per_group(x: torch.Tensor, keep: torch.Tensor, code: CodeFormat) ->
     finite = mag < float("inf")
     amax = torch.where(finite, mag, 0.0).amax(dim=(-1, -2))
     bad = ~finite.all(dim=-1).all(dim=-1)
-    scale, divisor = _scale(amax, bad, code)
-    return _encode(x, divisor[..., None, None], bad[..., None, None], code), scale
-
-
-def _scale(amax: torch.Tensor, bad: torch.Tensor, code: CodeFormat):
-    """(scale: amax / the code bound, NaN where ``bad``; divisor: the scale, or 1 where it is 0
-    or ``bad``). Tensor divisors: PyTorch on CUDA would multiply by the reciprocal of a Python
-    number."""
+    # Tensor divisors: PyTorch on CUDA would multiply by the reciprocal of a Python number.
     scale = torch.div(amax, torch.full_like(amax, code.bound))
     divisor = torch.where((amax > 0) & ~bad, scale, torch.ones_like(scale))
-    return torch.where(bad, torch.full_like(scale, float("nan")), scale), divisor
-
-
-def _encode(x: torch.Tensor, divisor: torch.Tensor, bad: torch.Tensor, code: CodeFormat) -> torch.Tensor:
-    """The codes of x / divisor (broadcast), 0 where ``bad``: int8 floor(y + 0.5), float8_e4m3fn
-    the nearest value (ties to even)."""
-    y = torch.div(torch.where(bad, 0.0, x), divisor.expand_as(x))
+    y = torch.div(torch.where(bad[..., None, None], 0.0, x), divisor[..., None, None].expand_as(x))
     if code.torch_dtype == torch.int8:
-        return torch.floor(y + 0.5).to(torch.int8)
-    # The clamp is the kernels' saturation: PyTorch's conversion gives NaN from 464 on.
-    return y.clamp(-code.bound, code.bound).to(code.torch_dtype)
-
-
-def quantize_per_channel(v: torch.Tensor, precision: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """v (B, L, H, D) quantized per channel of each head over its L tokens, as
-    ``quantize.quantize_values``: (codes (B, H, L, D), scale float32 (B, H, D)), scale = max |v|
-    / the code bound, NaN for a channel holding a NaN or an infinity (its codes 0)."""
-    code = CODE_FORMATS[precision]
-    x = v.float().transpose(1, 2)
-    finite = x.abs() < float("inf")
-    amax = torch.where(finite, x.abs(), 0.0).amax(dim=2)
-    bad = ~finite.all(dim=2)
-    scale, divisor = _scale(amax, bad, code)
-    return _encode(x, divisor[:, :, None, :], bad[:, :, None, :], code), scale
+        codes = torch.floor(y + 0.5).to(torch.int8)
+    else:  # the clamp is the kernels' saturation: PyTorch's conversion gives NaN from 464 on
+        codes = y.clamp(-code.bound, code.bound).to(code.torch_dtype)
+    return codes, torch.where(bad, torch.full_like(scale, float("nan")), scale)
 
 
 def _slot_groups(layout: BlockLayout, group_slots: int) -> torch.Tensor:

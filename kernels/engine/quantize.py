@@ -54,8 +54,7 @@ from .._device import device_guard
 from .._triton_common import head_offset
 from ..block_mask import BlockLayout, PooledBlocks
 
-__all__ = ["CodeFormat", "CODE_FORMATS", "QuantizedKeys", "quantize_keys", "QuantizedValues", "quantize_values",
-           "value_scales", "key_means", "mean_of_sums", "shifted",
+__all__ = ["CodeFormat", "CODE_FORMATS", "QuantizedKeys", "quantize_keys", "key_means", "mean_of_sums", "shifted",
            "quantized_key_bytes", "quantize_query_tile", "code_range", "code_scale", "encode", "e4m3_grid"]
 
 KEY_CHUNK = 64  # key slots per step of _quantize_keys_kernel
@@ -168,11 +167,9 @@ def _quantize_keys_kernel(
     stride_kb, stride_kn, stride_kh, stride_cb, stride_cn, stride_ch,
     head_base, group_heads, num_blocks,
     HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, CHUNK: tl.constexpr, CODE_DTYPE: tl.constexpr,
-    SLOT_ORDER: tl.constexpr,
 ):
     # One program per (key block, batch·head of the group): the block's scale over its real
-    # tokens in a first walk, its codes in a second (the block's rows come back from L2). The
-    # codes go to their tokens' rows, or (SLOT_ORDER) to the block's slots, padding slots 0.
+    # tokens in a first walk, its codes in a second (the block's rows come back from L2).
     blk = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // group_heads
@@ -193,15 +190,8 @@ def _quantize_keys_kernel(
     scale, divisor = code_scale(amax, bad, CODE_DTYPE)
     for c0 in range(0, BLOCK_TOKENS, CHUNK):
         d, ok, rows = _smoothed_rows(k_base, stride_kn, ROW_MAP, blk, c0, mean, offs_c, offs_d, BLOCK_TOKENS)
-        if SLOT_ORDER:
-            local = c0 + offs_c
-            slots = (blk * BLOCK_TOKENS + local).to(tl.int64)
-            tl.store(c_base + slots[:, None] * stride_cn + offs_d[None, :],
-                     encode(tl.where(ok[:, None], d, 0.0), divisor, bad, CODE_DTYPE),
-                     mask=(local < BLOCK_TOKENS)[:, None])
-        else:
-            tl.store(c_base + rows[:, None] * stride_cn + offs_d[None, :], encode(d, divisor, bad, CODE_DTYPE),
-                     mask=ok[:, None])
+        tl.store(c_base + rows[:, None] * stride_cn + offs_d[None, :], encode(d, divisor, bad, CODE_DTYPE),
+                 mask=ok[:, None])
     tl.store(SCALES + bh.to(tl.int64) * num_blocks + blk, scale)
 
 
@@ -209,9 +199,8 @@ def _quantize_keys_kernel(
 class QuantizedKeys:
     """k of a group of heads as the quantized exact blocks read it: ``codes`` (B, L, Hg, D),
     int8 or float8_e4m3fn (:data:`CODE_FORMATS`), in token order (read through the layout's
-    slot map, or TMA boxes, as k is), or in slot order (B, Hg, NB·BT, D): each block's slots,
-    its real tokens first and zeros on its padding; ``scales`` float32 (B, Hg, NB), one per key
-    block, ``mean`` float32 (B, Hg, D), the smoothing mean subtracted before quantizing."""
+    slot map, or TMA boxes, as k is), ``scales`` float32 (B, Hg, NB), one per key block,
+    ``mean`` float32 (B, Hg, D), the smoothing mean subtracted before quantizing."""
 
     codes: torch.Tensor
     scales: torch.Tensor
@@ -233,19 +222,14 @@ def key_means(k: torch.Tensor, head_base: int, group_heads: int) -> torch.Tensor
 
 
 def quantize_keys(k: torch.Tensor, layout: BlockLayout, head_base: int, group_heads: int,
-                  mean: Optional[torch.Tensor] = None, precision: str = "int8",
-                  slot_order: bool = False) -> QuantizedKeys:
+                  mean: Optional[torch.Tensor] = None, precision: str = "int8") -> QuantizedKeys:
     """The :class:`QuantizedKeys` of heads head_base .. + Hg of k (B, L, H, D) in the codes of
-    ``precision`` ("int8" or "fp8", :data:`CODE_FORMATS`), in token order or ``slot_order``;
-    ``mean``: their smoothing means (default :func:`key_means`)."""
+    ``precision`` ("int8" or "fp8", :data:`CODE_FORMATS`); ``mean``: their smoothing means
+    (default :func:`key_means`)."""
     code = CODE_FORMATS[precision]
     B, L, _, D = k.shape
     mean = key_means(k, head_base, group_heads) if mean is None else mean.to(torch.float32).contiguous()
-    if slot_order:
-        codes = torch.empty((B, group_heads, layout.n_slots, D), device=k.device, dtype=code.torch_dtype)
-        codes = codes.transpose(1, 2)  # (B, NB·BT, Hg, D) strides, as the kernel indexes token order
-    else:
-        codes = torch.empty((B, L, group_heads, D), device=k.device, dtype=code.torch_dtype)
+    codes = torch.empty((B, L, group_heads, D), device=k.device, dtype=code.torch_dtype)
     scales = torch.empty((B, group_heads, layout.n_blocks), device=k.device, dtype=torch.float32)
     with device_guard(k):
         _quantize_keys_kernel[(layout.n_blocks, B * group_heads)](
@@ -255,83 +239,8 @@ def quantize_keys(k: torch.Tensor, layout: BlockLayout, head_base: int, group_he
             head_base=head_base, group_heads=group_heads, num_blocks=layout.n_blocks,
             HEAD_DIM=D, BLOCK_TOKENS=layout.block_tokens,
             CHUNK=min(KEY_CHUNK, triton.next_power_of_2(layout.block_tokens)), CODE_DTYPE=code.triton_dtype,
-            SLOT_ORDER=slot_order,
         )
-    return QuantizedKeys(codes.transpose(1, 2) if slot_order else codes, scales, mean)
-
-
-@triton.jit
-def _quantize_values_kernel(
-    V, SCALES, CODES, ROW_MAP,
-    stride_vb, stride_vn, stride_vh,
-    head_base, group_heads, num_blocks,
-    HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, CHUNK: tl.constexpr, CODE_DTYPE: tl.constexpr,
-):
-    # One program per (key block, batch·head of the group): the block's values, one scale per
-    # channel of the head (a NaN scale: the channel holds a NaN or an infinity, its codes 0),
-    # written transposed (channels × the block's slots, real tokens first, padding 0).
-    blk = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // group_heads
-    h = head_base + bh % group_heads
-    offs_c = tl.arange(0, CHUNK)
-    offs_d = tl.arange(0, HEAD_DIM)
-    v_base = V + head_offset(b, h, stride_vb, stride_vh)
-    scale = tl.load(SCALES + bh.to(tl.int64) * HEAD_DIM + offs_d)
-    bad = (scale != scale)[None, :]
-    divisor = tl.where((scale > 0) & (scale == scale), scale, 1.0)[None, :]
-    c_base = CODES + (bh.to(tl.int64) * num_blocks + blk) * (HEAD_DIM * BLOCK_TOKENS)
-    for c0 in range(0, BLOCK_TOKENS, CHUNK):
-        local = c0 + offs_c
-        rows = tl.load(ROW_MAP + blk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
-        ok = rows >= 0
-        x = tl.load(v_base + tl.maximum(rows, 0).to(tl.int64)[:, None] * stride_vn + offs_d[None, :],
-                    mask=ok[:, None], other=0.0).to(tl.float32)
-        tl.store(c_base + offs_d[None, :] * BLOCK_TOKENS + local[:, None], encode(x, divisor, bad, CODE_DTYPE),
-                 mask=(local < BLOCK_TOKENS)[:, None])
-
-
-@dataclass(frozen=True)
-class QuantizedValues:
-    """v of a group of heads as an 8-bit P·V reads it: ``codes`` (B, Hg, NB, D, BT), int8 or
-    float8_e4m3fn, each block's values transposed (its slots contiguous: an 8-bit MMA reads
-    its B operand with the reduced dimension, the keys, contiguous), real tokens first and
-    zeros on the padding slots; ``scales`` float32 (B, Hg, D), one per channel of a head over
-    the whole sequence (:func:`value_scales`), so that the P·V of every block of a row shares
-    them and they are applied once, to the row's output."""
-
-    codes: torch.Tensor
-    scales: torch.Tensor
-
-
-def value_scales(v: torch.Tensor, head_base: int, group_heads: int, precision: str) -> torch.Tensor:
-    """float32 (B, Hg, D): the per-channel scales of heads head_base .. + Hg of v (B, L, H, D),
-    max |v| over the sequence / the code bound (an IEEE division), NaN for a channel holding a
-    NaN or an infinity. One PyTorch pass (min and max, no copy of v)."""
-    lo, hi = torch.aminmax(v[:, :, head_base:head_base + group_heads], dim=1)
-    amax = torch.maximum(lo.float().abs(), hi.float().abs())  # NaN propagates
-    scale = torch.div(amax, torch.full_like(amax, CODE_FORMATS[precision].bound))
-    return torch.where(torch.isfinite(amax), scale, torch.full_like(scale, float("nan"))).contiguous()
-
-
-def quantize_values(v: torch.Tensor, layout: BlockLayout, head_base: int, group_heads: int,
-                    precision: str) -> QuantizedValues:
-    """The :class:`QuantizedValues` of heads head_base .. + Hg of v (B, L, H, D) in the codes of
-    ``precision`` ("int8" or "fp8")."""
-    code = CODE_FORMATS[precision]
-    B, _, _, D = v.shape
-    scales = value_scales(v, head_base, group_heads, precision)
-    codes = torch.empty((B, group_heads, layout.n_blocks, D, layout.block_tokens), device=v.device,
-                        dtype=code.torch_dtype)
-    with device_guard(v):
-        _quantize_values_kernel[(layout.n_blocks, B * group_heads)](
-            V=v, SCALES=scales, CODES=codes, ROW_MAP=layout.row_map,
-            stride_vb=v.stride(0), stride_vn=v.stride(1), stride_vh=v.stride(2),
-            head_base=head_base, group_heads=group_heads, num_blocks=layout.n_blocks,
-            HEAD_DIM=D, BLOCK_TOKENS=layout.block_tokens,
-            CHUNK=min(KEY_CHUNK, triton.next_power_of_2(layout.block_tokens)), CODE_DTYPE=code.triton_dtype,
-        )
-    return QuantizedValues(codes, scales)
+    return QuantizedKeys(codes, scales, mean)
 
 
 def shifted(pooled: PooledBlocks, mean: torch.Tensor) -> PooledBlocks:

@@ -22,9 +22,8 @@ import kernels
 import kernels.engine as engine
 from kernels.block_mask import block_layout, row_major_layout
 from kernels.engine.launch_config import ARCHITECTURES
-from kernels.engine.quantize import (CODE_FORMATS, e4m3_grid, key_means, quantize_keys, quantize_query_tile,
-                                     quantize_values)
-from kernels.quantized_reference import QuantizedOperands, quantize_per_channel, smoothing_mean
+from kernels.engine.quantize import CODE_FORMATS, e4m3_grid, key_means, quantize_keys, quantize_query_tile
+from kernels.quantized_reference import QuantizedOperands, smoothing_mean
 from qkv_layouts import heads_first, hunyuan_single_block
 
 POINTER_LOOP, TMA_BOXES = ARCHITECTURES[(8, 9)], ARCHITECTURES[(9, 0)]  # sm_89: the sm_86 launch, fp8 allowed
@@ -149,52 +148,6 @@ def test_codes_are_the_references_bit_for_bit(name, dtype, precision):
     codes, scales = kernel_query_codes(q[:1, :, :1].contiguous(), layout, precision)
     assert torch.equal(bits(codes), bits(ref.q_codes[:1, :1]))
     same(scales, ref.q_scale[:1, :1])
-
-
-@pytest.mark.parametrize("precision", QUANTIZED)
-@pytest.mark.parametrize("name", sorted(LAYOUTS))
-def test_slot_order_codes_are_the_token_codes_in_each_blocks_slots(name, precision):
-    """The operands an 8-bit Hopper P·V reads: the key codes in slot order (each block's real
-    tokens first, then zeros on its padding slots) hold the token-order codes; the value codes
-    (per channel of a head over the sequence, each block transposed: its slots contiguous)
-    equal ``quantized_reference``'s, bit for bit, scales too, with zeros on the padding."""
-    layout = LAYOUTS[name]()
-    L = layout.n_tokens
-    q, k, v = qkv(2, L, 3, 64, torch.bfloat16, seed=L + 1)
-    k, v = (k.float() + torch.linspace(-4, 6, 64)).bfloat16(), heads_first(v)[0]  # v read with its own strides
-    filled = layout.row_map >= 0
-    tokens = layout.row_map[filled].long()
-    by_token = quantize_keys(k, layout, 1, 2, precision=precision)
-    by_slot = quantize_keys(k, layout, 1, 2, precision=precision, slot_order=True)
-    assert by_slot.codes.shape == (2, 2, layout.n_slots, 64)
-    assert torch.equal(bits(by_slot.codes[:, :, filled]), bits(by_token.codes.transpose(1, 2)[:, :, tokens]))
-    assert bits(by_slot.codes[:, :, ~filled]).eq(0).all()
-    same(by_slot.scales, by_token.scales)
-    values = quantize_values(v, layout, 1, 2, precision)
-    ref_codes, ref_scale = quantize_per_channel(v[:, :, 1:3], precision)
-    same(values.scales, ref_scale)
-    assert values.codes.shape == (2, 2, layout.n_blocks, 64, layout.block_tokens)
-    slots = values.codes.transpose(-1, -2).reshape(2, 2, layout.n_slots, 64)
-    assert torch.equal(bits(slots[:, :, filled]), bits(ref_codes[:, :, tokens]))
-    assert bits(slots[:, :, ~filled]).eq(0).all()
-    assert slots.float().abs().amax(dim=2).eq(CODE_FORMATS[precision].bound).all()  # every channel reaches it
-
-
-@pytest.mark.parametrize("precision", QUANTIZED)
-def test_a_non_finite_value_channel(precision):
-    """A channel of v holding a NaN, another an infinity: their scales NaN, their codes 0; the
-    head's other channels and the other head untouched (as the reference)."""
-    layout = block_layout((2, 8, 8), (1, 8, 8))
-    v = torch.randn(1, 128, 2, 64, generator=torch.Generator().manual_seed(5)).half()
-    v[0, 9, 1, 3] = float("nan")
-    v[0, 70, 1, 10] = float("-inf")
-    values = quantize_values(v, layout, 0, 2, precision)
-    ref_codes, ref_scale = quantize_per_channel(v, precision)
-    same(values.scales, ref_scale)
-    assert values.scales[0, 1, [3, 10]].isnan().all() and values.scales.isnan().sum() == 2
-    assert bits(values.codes[0, 1, :, [3, 10]]).eq(0).all()
-    slots = values.codes.transpose(-1, -2).reshape(1, 2, layout.n_slots, 64)  # no padding: a slot per token
-    assert torch.equal(bits(slots), bits(ref_codes[:, :, layout.row_map.long()]))
 
 
 def test_rounding_is_floor_of_x_over_scale_plus_one_half():
