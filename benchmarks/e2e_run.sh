@@ -26,8 +26,8 @@
 #
 #    The node methods once per precision of the exact blocks, with the output drift of int8
 #    against bf16 beside each method's own drift against dense (ran on an H100:
-#    e2e_comfyui_h100_wan_precisions.json; on sm_90 auto picks bf16, so the @bf16 rows run
-#    what auto runs there, the table's "ran" column):
+#    e2e_comfyui_h100_wan_precisions.json; on sm_90 auto picks bf16 for Sol and int8 for PSA,
+#    so the sol85@bf16 and psa60@int8 rows run what auto runs there, the table's "ran" column):
 #
 #      bash benchmarks/e2e_run.sh --models wan --methods dense,sol85,psa60 --precisions bf16,int8 --reps 1
 #

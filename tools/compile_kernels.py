@@ -13,7 +13,8 @@ kernel's first run, so an argument the launcher refuses fails here too. It never
 
 The cases run in bf16 (the input dtype), and the cases of ``QUANTIZED_CASES`` again with int8
 and with fp8 exact blocks (``precision="int8"`` / ``"fp8"``: the portable kernel's quantized
-variant, Sol's pooling pass with the float64 key sums, the key quantization kernel); their names
+variant, Sol's pooling pass with the float64 key sums, PSA's key sums, the key quantization
+kernel); their names
 end in ", int8" / ", fp8". On the architectures where ``precision`` refuses "fp8" (sm_80,
 sm_86: no fp8 tensor cores), the fp8 launches of the key quantization and the engine (taken as
 the sm_89 row makes them, with this architecture's launch row otherwise) are compiled anyway to
@@ -198,7 +199,7 @@ FP8_KERNELS = ("_block_sparse_kernel", "_quantize_keys_kernel")
 KERNELS = ((portable, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
            (sol_gpu_routing, "_pool_kernel"), (sol_gpu_routing, "_route_kernel"),
            (id_lists, "_lists_from_bits_kernel"), (launch_order, "_heaviest_first_kernel"),
-           (pair_streams, "_pair_steps_kernel"), (quantize, "_quantize_keys_kernel"))
+           (pair_streams, "_pair_steps_kernel"), (quantize, "_key_sums_kernel"), (quantize, "_quantize_keys_kernel"))
 
 
 def capture_launches(config, precisions=tuple(PRECISION_SUFFIXES)):

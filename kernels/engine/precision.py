@@ -11,27 +11,28 @@
   tensor cores with float32 accumulation; P·V stays in the input dtype. fp8 MMAs exist from
   sm_89 on (sm_89, sm_90, sm_100, sm_120); Triton refuses float8e4nv on sm_80 and sm_86, so
   "fp8" is refused on those launch rows with an error naming the alternative
-  (:func:`check_fp8_row`), never run as something else. Measured on an H100: as fast as
-  int8, with more error than ``auto`` allows (below), so ``auto`` never picks it;
+  (:func:`check_fp8_row`), never run as something else. Measured on an H100: about as fast
+  as int8, with more error than ``auto`` allows (below), so ``auto`` never picks it;
 - ``"auto"``: the row of :data:`AUTO_PRECISION` for the GPU's architecture (the launch row's
   capability, ``launch_config.row_capability``) and the method (``"sol"``: a mask with Sol's
   pooled term; ``"psa"``: a static mask), logged once per architecture and method.
 
-``AUTO_PRECISION`` is measured, not assumed. Each launch row was forced on an H100
-(``benchmarks/bench_kernels.py --precisions bf16,int8 --loops sm80,sm89`` and ``sm86,sm120``;
-the Hopper row with ``--loops ws,tma``), both precisions timed in one process on the Wan
-720p grid (75,600 tokens, 40 heads, d 128; the sm_86, sm_89 and sm_120 rows with 2 stages,
-before they ran 3), and the error each adds measured on the video-like workload
-(``benchmarks/fidelity.py --precisions bf16,int8,fp8``): int8 adds 0.0002-0.0005 rel-L2 to
-Sol's 0.14-0.21 at densities 0.05-0.25 and to PSA's 0.29-0.33 with the Wan 720p preset,
-inside the bound ``auto`` keeps (0.002 absolute at density 0.15, 25 % relative); fp8 adds
-0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017 to PSA's. int8 ran slower
-than bf16 on every row at density 0.15, and faster only at PSA's 0.40 on sm_80 and sm_90, so
-``auto`` picks bf16 everywhere; a row never forced stays bf16 too. The results files
-(``benchmarks/results/pointer_rows_h100.json``, ``pointer_rows_sm86_sm120_h100.json``,
-``int8_loops_h100.json``, ``psa_hopper_8bit_qk_h100.json``,
-``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``) hold the
-commands.
+``AUTO_PRECISION`` is measured, not assumed. Each launch row was forced on an H100, both
+precisions timed in one process on the Wan 720p grid (75,600 tokens, 40 heads, d 128; PSA on
+the sm_86, sm_120 and sm_90 rows also on HunyuanVideo's 768p grid), and the error each adds
+measured on the video-like workload (``benchmarks/fidelity.py --precisions bf16,int8,fp8``):
+int8 adds 0.0002-0.0005 rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and 0.0003 to PSA's
+0.29 with the Wan 720p preset, inside the bound ``auto`` keeps (0.002 absolute at density
+0.15, 25 % relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017
+to PSA's. On the Hopper loop PSA's int8 ran 1.01-1.09x faster than bf16 at densities 0.15 and
+0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90. Everywhere else int8 ran slower
+than bf16 at density 0.15 (faster only at PSA's 0.40 on sm_80), so ``auto`` picks bf16; a row
+never forced stays bf16 too. The results files (``benchmarks/results/``:
+``psa_hopper_8bit_qk_h100.json``, ``psa_int8_rows_h100.json``,
+``psa_int8_rows_sm86_sm120_h100.json``, ``kitchen_pointer_rows_h100.json`` (Sol on the sm_80
+and sm_89 rows), ``pointer_rows_sm86_sm120_h100.json`` (Sol on the sm_86 and sm_120 rows, 2
+stages), ``int8_loops_h100.json`` (Sol on sm_90), ``fidelity_precisions_h100.json``,
+``fidelity_psa_precisions_h100_layer0.json``) hold the commands.
 """
 from __future__ import annotations
 
@@ -72,25 +73,26 @@ def _bf16(why: str) -> PrecisionChoice:
 _NOT_FORCED = _bf16("int8 not measured on this launch row")
 
 
-def _pointer_loop_64(where: str) -> dict:
-    """The 64-row pointer loop's choices (sm_86, sm_89 and sm_120 make the same launch and ran
-    within 0.3 % of one another), ``where`` the forced row."""
-    return {"sol": _bf16(f"int8 ran 1.43x slower than bf16 at density 0.15 ({where})"),
-            "psa": _bf16(f"int8 ran 1.21x / 1.14x slower than bf16 at density 0.15 / 0.40 ({where})")}
+def _int8_slower(sol: str, psa: str, where: str) -> dict:
+    """A pointer-loop row's choices: int8 measured ``sol`` slower for Sol at density 0.15 and
+    ``psa`` slower for PSA at 0.15 / 0.40, ``where`` the forced row."""
+    return {"sol": _bf16(f"int8 ran {sol} slower than bf16 at density 0.15 ({where})"),
+            "psa": _bf16(f"int8 ran {psa} slower than bf16 at density 0.15 / 0.40 ({where})")}
 
 
 # capability -> method -> auto's choice, one entry per launch row of launch_config.ARCHITECTURES.
 AUTO_PRECISION = {
     (8, 0): {"sol": _bf16("int8 ran 1.46x slower than bf16 at density 0.15 (sm_80 row forced on an H100)"),
-             "psa": _bf16("int8 ran 1.09x slower than bf16 at density 0.15 and 1.04x faster at 0.40, adding "
+             "psa": _bf16("int8 ran 1.07x slower than bf16 at density 0.15 and 1.08x faster at 0.40, adding "
                           "error (sm_80 row forced on an H100)")},
-    (8, 6): _pointer_loop_64("sm_86 row forced on an H100"),
-    (8, 9): _pointer_loop_64("sm_89 row forced on an H100"),
+    (8, 6): _int8_slower("1.43x", "1.17x / 1.11x", "sm_86 row forced on an H100; Sol with 2 stages"),
+    (8, 9): _int8_slower("1.42x", "1.20x / 1.05x", "sm_89 row forced on an H100"),
     (9, 0): {"sol": _bf16("the Hopper loop in bf16 ran 1.09x / 1.09x faster than int8 at density 0.10 / 0.15 (H100)"),
-             "psa": _bf16("int8 ran 1.08x slower than bf16 at density 0.15 and 1.06x faster at 0.40 on the "
-                          "Hopper loop (8-bit QKᵀ, P·V in bf16; H100)")},
+             "psa": PrecisionChoice("int8", "auto: int8 ran 1.01x / 1.08x faster than bf16 at density 0.15 / 0.40 "
+                                            "on Wan 720p's grid and 1.06x / 1.09x on HunyuanVideo 768p's on the "
+                                            "Hopper loop (8-bit QKᵀ, P·V in bf16), adding 0.0003 rel-L2 (H100)")},
     (10, 0): {method: _NOT_FORCED for method in METHODS},
-    (12, 0): _pointer_loop_64("sm_120 row forced on an H100"),
+    (12, 0): _int8_slower("1.43x", "1.20x / 1.07x", "sm_120 row forced on an H100; Sol with 2 stages"),
 }
 
 

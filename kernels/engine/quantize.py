@@ -9,7 +9,7 @@ key block of the ``BlockLayout``:
   (exact for half-precision inputs of any usual range, so the kernels' sum and the
   reference's agree bit for bit whatever their order) and rounded once to float32. Sol's
   pooling pass writes the float64 block sums on its way (``sol_gpu_routing.pool_blocks``);
-  PSA, with no pass over k of its own, sums with PyTorch (:func:`key_means`);
+  PSA, with no pass over k of its own, sums in a pass of its own (:func:`key_means`);
 - per key block j, over its real tokens (padding slots are left out): d = k − m in float32,
   a_j = max |d|, s_j = a_j / B, y = d / s_j, code = the rounding of y
   (:func:`code_range`, :func:`code_scale`, :func:`encode`): int8 floor(y + 0.5) in
@@ -58,6 +58,10 @@ __all__ = ["CodeFormat", "CODE_FORMATS", "QuantizedKeys", "quantize_keys", "key_
            "quantized_key_bytes", "quantize_query_tile", "code_range", "code_scale", "encode", "e4m3_grid"]
 
 KEY_CHUNK = 64  # key slots per step of _quantize_keys_kernel
+# _key_sums_kernel: tokens per program, and per step. A span of 1024 gives about two programs
+# an SM for three heads at Wan 720p (75,600 tokens), the smallest head group it runs.
+KEY_SUM_SPAN = 1024
+KEY_SUM_ROWS = 32
 
 
 @dataclass(frozen=True)
@@ -214,11 +218,43 @@ def mean_of_sums(sums: torch.Tensor, count: int) -> torch.Tensor:
     return torch.div(sums, torch.full_like(sums, float(count))).to(torch.float32).contiguous()
 
 
+@triton.jit
+def _key_sums_kernel(
+    K, SUMS, stride_kb, stride_kn, stride_kh, head_base, group_heads, n_tokens,
+    HEAD_DIM: tl.constexpr, SPAN: tl.constexpr, ROWS: tl.constexpr,
+):
+    # One program per (span of SPAN tokens, batch·head of the group): the span's sum per
+    # channel in float64, ROWS tokens a step, read in place (no float64 copy of k).
+    span = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // group_heads
+    h = head_base + bh % group_heads
+    k_base = K + head_offset(b, h, stride_kb, stride_kh)
+    offs_r = tl.arange(0, ROWS)
+    offs_d = tl.arange(0, HEAD_DIM)
+    acc = tl.zeros([HEAD_DIM], dtype=tl.float64)
+    for r0 in range(0, SPAN, ROWS):
+        rows = span * SPAN + r0 + offs_r
+        x = tl.load(k_base + rows.to(tl.int64)[:, None] * stride_kn + offs_d[None, :],
+                    mask=(rows < n_tokens)[:, None], other=0.0)
+        acc += tl.sum(x.to(tl.float64), 0)
+    tl.store(SUMS + (span.to(tl.int64) * tl.num_programs(1) + bh) * HEAD_DIM + offs_d, acc)
+
+
 def key_means(k: torch.Tensor, head_base: int, group_heads: int) -> torch.Tensor:
-    """The smoothing means of heads head_base .. + Hg: float32 (B, Hg, D), the mean over the
-    sequence summed in float64 (one PyTorch pass over those heads of k)."""
-    heads = k[:, :, head_base:head_base + group_heads]
-    return mean_of_sums(torch.sum(heads, dim=1, dtype=torch.float64), k.shape[1])
+    """The smoothing means of heads head_base .. + Hg of k (B, L, H, D): float32 (B, Hg, D), the
+    mean over the sequence summed in float64 (:func:`_key_sums_kernel`: one pass over those
+    heads of k, float64 sums per span of ``KEY_SUM_SPAN`` tokens, then over the spans)."""
+    B, L, _, D = k.shape
+    n_spans = triton.cdiv(L, KEY_SUM_SPAN)
+    sums = torch.empty((n_spans, B, group_heads, D), device=k.device, dtype=torch.float64)
+    with device_guard(k):
+        _key_sums_kernel[(n_spans, B * group_heads)](
+            K=k, SUMS=sums, stride_kb=k.stride(0), stride_kn=k.stride(1), stride_kh=k.stride(2),
+            head_base=head_base, group_heads=group_heads, n_tokens=L,
+            HEAD_DIM=D, SPAN=KEY_SUM_SPAN, ROWS=KEY_SUM_ROWS,
+        )
+    return mean_of_sums(sums.sum(dim=0), L)
 
 
 def quantize_keys(k: torch.Tensor, layout: BlockLayout, head_base: int, group_heads: int,

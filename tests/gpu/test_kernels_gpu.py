@@ -88,7 +88,7 @@ def test_psa_full_size(grid, tile, extra, layout):
     q, k, v = random_qkv(1, L, 2, layout, seed=L)
     params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 3, 2, 0, 10]])
     poison(q.numel() * 2)
-    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra, precision="bf16")
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     assert torch.isfinite(out).all()
     assert rel_err(out, ref) < 2e-2
@@ -97,8 +97,8 @@ def test_psa_full_size(grid, tile, extra, layout):
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_every_architectures_configuration_runs_here(arch):
     """Each architecture's launch configuration forced on this GPU (the nearest thing to those
-    GPUs available): PSA and Sol in bf16 against their references (int8:
-    test_int8_on_every_architectures_configuration)."""
+    GPUs available): PSA and Sol in bf16 against their references (int8 and fp8:
+    test_quantized_on_every_architectures_configuration)."""
     config = ARCHITECTURES[arch]
     grid, extra = (9, 45, 80), 256
     L = grid[0] * grid[1] * grid[2] + extra
@@ -126,7 +126,7 @@ def test_head_offsets_past_2_31():
     q, k, v = random_qkv(1, L, H, "heads_first", seed=5)
     last = [x[:, :, -1:] for x in (q, k, v)]
     params = torch.tensor([[1, 0, 0, 2, 0, 0]] * H)
-    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(3, 8, 16))
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(3, 8, 16), precision="bf16")
     ref = kernels.psa_attention_reference(*last, grid=grid, params=params[-1:], tile=(3, 8, 16))
     assert rel_err(out[:, :, -1:], ref) < 2e-2
     del out
@@ -180,6 +180,20 @@ def check_quantized(out, run_reference, precision):
     assert torch.isfinite(out).all()
     assert rel_err(out, run_reference(precision)) < QUANTIZED_VS_REFERENCE
     assert rel_err(out, run_reference("bf16")) < ERROR_BUDGET[precision]
+
+
+@pytest.mark.parametrize("layout", ["blhd", "heads_first"])
+def test_psa_key_means_are_the_references_at_full_size(layout):
+    """PSA's smoothing means (float64 sums per span of tokens on the GPU, then over the spans)
+    equal the reference's (one float64 sum) bit for bit at Wan 720p, for a head range not
+    starting at 0, with a channel offset (the smoothing's reason)."""
+    from kernels.engine.quantize import key_means
+    from kernels.quantized_reference import smoothing_mean
+
+    L = 75600
+    _, k, _ = random_qkv(1, L, 5, layout, seed=17)
+    k += torch.linspace(-4, 6, 128, device="cuda", dtype=torch.bfloat16)
+    torch.testing.assert_close(key_means(k, 1, 3), smoothing_mean(k)[:, 1:4], rtol=0, atol=0)
 
 
 @pytest.mark.parametrize("precision", QUANTIZED)
@@ -374,7 +388,7 @@ def test_edge_cover_matches_masked_attention_row_by_row(monkeypatch, grid, tile,
     mask = mask_from_dense(keep, lay)
     scale = D ** -0.5
     poison(q.numel() * q.element_size())
-    out = block_sparse_attention(q, k, v, mask, scale=scale, config=ARCHITECTURES[(9, 0)])
+    out = block_sparse_attention(q, k, v, mask, scale=scale, config=ARCHITECTURES[(9, 0)], precision="bf16")
     assert runs, "the warp-specialised loop did not run"
     assert torch.isfinite(out).all()
     blocks = lay.token_blocks()

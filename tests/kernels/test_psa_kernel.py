@@ -42,7 +42,7 @@ def test_kernel_matches_reference(grid, tile, extra, B, H, D, dtype, poisoned_ou
     q, k, v = (torch.randn(B, L, H, D, generator=gen).to(dtype) for _ in range(3))
     params = random_params(grid, tile, H, gen)
     kw = dict(grid=grid, params=params, tile=tile, extra_tokens=extra)
-    out = kernels.psa_attention(q, k, v, **kw)
+    out = kernels.psa_attention(q, k, v, precision="bf16", **kw)
     ref = kernels.psa_attention_reference(q, k, v, **kw)
     assert out.shape == q.shape and out.dtype == dtype and torch.isfinite(out).all()
     assert rel_err(out, ref) < (3e-3 if dtype == torch.float16 else 2e-2)
@@ -70,7 +70,7 @@ def test_random_grids_and_tiles_match_reference(seed, poisoned_outputs):
     q, k, v = (torch.randn(1, L, heads, 64, generator=gen).half() for _ in range(3))
     params = random_params(grid, tile, heads, gen)
     kw = dict(grid=grid, params=params, tile=tile, extra_tokens=extra)
-    out = kernels.psa_attention(q, k, v, **kw)
+    out = kernels.psa_attention(q, k, v, precision="bf16", **kw)
     ref = kernels.psa_attention_reference(q, k, v, **kw)
     assert torch.isfinite(out).all()
     assert rel_err(out, ref) < 3e-3, (grid, tile, extra, heads)
@@ -82,7 +82,7 @@ def test_full_mask_is_dense_attention():
     gen = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, L, 2, 64, generator=gen).half() for _ in range(3))
     wide = torch.tensor([[2, 0, 0, 16, 0, 0]] * 2)
-    out = kernels.psa_attention(q, k, v, grid=grid, params=wide, tile=tile, extra_tokens=7)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=wide, tile=tile, extra_tokens=7, precision="bf16")
     dense = torch.nn.functional.scaled_dot_product_attention(
         *(x.float().transpose(1, 2) for x in (q, k, v))).transpose(1, 2)
     assert rel_err(out, dense) < 3e-3
@@ -158,7 +158,7 @@ def test_tma_descriptors_take_each_tensor_in_its_own_layout():
     descs = grid_descriptors((k, v), grid, (2, 2, 4))
     assert descs is not None and descs[1] == [False, True]  # k heads first, v heads in columns
     params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 2, 2, -1, 4]])
-    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra, precision="bf16")
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     assert rel_err(out, ref) < 3e-3
 
@@ -230,6 +230,6 @@ def test_text_block_beyond_16_bit_rows():
     gen = torch.Generator().manual_seed(4)
     q, k, v = (torch.randn(1, L, 1, 64, generator=gen).half() for _ in range(3))
     params = torch.tensor([[1, 0, 0, 1, 0, 0]])
-    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
+    out = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra, precision="bf16")
     ref = kernels.psa_attention_reference(q, k, v, grid=grid, params=params, tile=tile, extra_tokens=extra)
     assert rel_err(out, ref) < 3e-3

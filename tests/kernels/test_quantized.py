@@ -125,7 +125,7 @@ LAYOUTS = {  # name: (layout, a token count)
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_codes_are_the_references_bit_for_bit(name, dtype, precision):
     """Key codes and scales (smoothed, per key block, padding left out), the smoothing mean
-    (Sol's from its pooling pass, PSA's from PyTorch) and the query codes per tile of the
+    (Sol's from its pooling pass, PSA's from its own pass over k) and the query codes per tile of the
     portable kernel: equal to ``quantized_reference``'s, bit for bit, on keys sharing an
     offset (the smoothing matters there); each block's largest |x| is the format's bound."""
     from kernels.sol_gpu_routing import pool_blocks
@@ -148,6 +148,26 @@ def test_codes_are_the_references_bit_for_bit(name, dtype, precision):
     codes, scales = kernel_query_codes(q[:1, :, :1].contiguous(), layout, precision)
     assert torch.equal(bits(codes), bits(ref.q_codes[:1, :1]))
     same(scales, ref.q_scale[:1, :1])
+
+
+@pytest.mark.parametrize("span", [None, 64])
+def test_key_means_sum_every_span_of_their_heads(monkeypatch, span):
+    """PSA's smoothing means (``key_means``: float64 sums per span of tokens, then over the
+    spans) equal the reference's bit for bit for any head range, k read with its own strides,
+    with the sequence cut in many spans and a last span part empty (``span`` 64 over 200
+    tokens); a NaN or an infinity in a channel makes that channel's mean NaN or infinite, as
+    the reference's, and no other."""
+    import kernels.engine.quantize as quantize
+
+    if span is not None:
+        monkeypatch.setattr(quantize, "KEY_SUM_SPAN", span)
+    _, k, _ = qkv(2, 200, 4, 64, torch.bfloat16, seed=11)
+    k = heads_first((k.float() + torch.linspace(-4, 6, 64)).bfloat16())[0]
+    k[1, 150, 2, 5], k[0, 3, 1, 7] = float("nan"), float("inf")
+    for head_base, group_heads in [(0, 4), (1, 2), (3, 1)]:
+        same(key_means(k, head_base, group_heads), smoothing_mean(k)[:, head_base:head_base + group_heads])
+    means = key_means(k, 0, 4)
+    assert means[1, 2, 5].isnan() and means[0, 1, 7].isinf() and means.isfinite().sum() == means.numel() - 2
 
 
 def test_rounding_is_floor_of_x_over_scale_plus_one_half():
@@ -418,7 +438,7 @@ def test_quantized_psa_reaches_the_hopper_loop_with_the_codes_and_sol_does_not(m
 
 
 def test_every_int8_launch_runs_on_the_inputs_device(monkeypatch):
-    """The key quantization and Sol's pooling pass launch under a device guard too."""
+    """PSA's key sums, the key quantization and Sol's pooling pass launch under a device guard too."""
     import kernels._device
     import kernels.engine.quantize
     import kernels.sol_gpu_routing
@@ -429,9 +449,9 @@ def test_every_int8_launch_runs_on_the_inputs_device(monkeypatch):
         monkeypatch.setattr(module, "device_guard", lambda t: seen.append(("guard", t.device)) or real(t))
     q, k, v = qkv(1, 130, 1, 64, torch.float16, seed=4)
     kernels.psa_attention(q, k, v, grid=(2, 5, 13), params=[[1, 0, 0, 1, 0, 0]], tile=(1, 4, 4), precision="int8")
-    assert len(seen) == 1  # the quantization (the engine launches from portable.py, checked elsewhere)
+    assert len(seen) == 2  # the key sums, the quantization (the engine launches from portable.py, checked elsewhere)
     kernels.sol_attention(q, k, v, beta=1.0, precision="int8")
-    assert len(seen) == 4 and all(d == q.device for _, d in seen)  # + pool, route, quantization
+    assert len(seen) == 5 and all(d == q.device for _, d in seen)  # + pool, route, quantization
 
 
 # ------------------------------------------------------------------------ the precision argument
@@ -458,8 +478,12 @@ def test_precision_is_checked_by_name(call):
     if call.endswith("reference"):
         with pytest.raises(ValueError, match="^precision: expected one of 'bf16', 'int8', 'fp8', got 'auto'"):
             calls[call]("auto")
-    else:
-        torch.testing.assert_close(calls[call]("auto"), calls[call]("bf16"), rtol=0, atol=0)
+    else:  # the interpreter's launch row is the Hopper row: auto is int8 for a static mask there
+        from kernels.engine.precision import AUTO_PRECISION
+
+        method = "sol" if call == "sol_attention" else "psa"
+        torch.testing.assert_close(calls[call]("auto"), calls[call](AUTO_PRECISION[(9, 0)][method].precision),
+                                   rtol=0, atol=0)
 
 
 ROWS_WITHOUT_FP8 = {"sm_80": ARCHITECTURES[(8, 0)], "sm_86": ARCHITECTURES[(8, 6)],
@@ -508,11 +532,11 @@ def test_fp8_needs_cuda_tensors_outside_the_interpreter(monkeypatch):
 
 
 def test_auto_picks_the_table_row_and_logs_it_once(caplog):
-    """``auto`` is the AUTO_PRECISION row of the launch row's architecture and the method,
-    bf16 on every row (int8 ran slower wherever it was measured; fp8 adds more error than the
-    bound), each reason a measurement or "not measured", logged once per architecture and
-    method; an int8 call on the Hopper-loop row says the portable kernel runs it; an unknown
-    method is refused."""
+    """``auto`` is the AUTO_PRECISION row of the launch row's architecture and the method:
+    int8 for PSA on the Hopper-loop row (the one place int8 ran faster at both densities), bf16
+    everywhere else (fp8 adds more error than the bound), each reason a measurement or "not
+    measured", logged once per architecture and method; an int8 Sol call on the Hopper-loop
+    row says the portable kernel runs it; an unknown method is refused."""
     import logging
 
     from kernels.engine import precision as prec
@@ -521,7 +545,9 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
     assert set(prec.AUTO_PRECISION) == set(ARCHITECTURES)
     assert all(set(row) == {"sol", "psa"} for row in prec.AUTO_PRECISION.values())
     choices = [c for row in prec.AUTO_PRECISION.values() for c in row.values()]
-    assert {c.precision for c in choices} == {"bf16"}
+    assert [(cap, method) for cap, row in prec.AUTO_PRECISION.items() for method, c in row.items()
+            if c.precision != "bf16"] == [((9, 0), "psa")]
+    assert prec.AUTO_PRECISION[(9, 0)]["psa"].precision == "int8"
     assert all(("int8 ran" in c.reason or "faster than int8" in c.reason) and "H100" in c.reason
                or c.reason.endswith("not measured on this launch row") for c in choices)
     with caplog.at_level(logging.INFO, logger="sparse_video_attention.kernels"):
@@ -534,7 +560,7 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
                      f"[sparse-video-attention] precision auto for sol on sm_89 (the sm_89 row): {sol.describe()}",
                      "[sparse-video-attention] precision auto for psa on sm_87 (the sm_86 row): "
                      f"{prec.AUTO_PRECISION[(8, 6)]['psa'].describe()}"]
-    assert choice.describe() == ("bf16 (auto: int8 ran 1.21x / 1.14x slower than bf16 at density 0.15 / 0.40 "
+    assert choice.describe() == ("bf16 (auto: int8 ran 1.20x / 1.05x slower than bf16 at density 0.15 / 0.40 "
                                  "(sm_89 row forced on an H100))")
     assert sol.precision == "bf16" and "slower" in sol.reason
     assert prec.resolve_precision("auto", ARCHITECTURES[(10, 0)], "sol").describe() == \
