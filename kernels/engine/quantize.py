@@ -9,7 +9,7 @@ key block of the ``BlockLayout``:
   (exact for half-precision inputs of any usual range, so the kernels' sum and the
   reference's agree bit for bit whatever their order) and rounded once to float32. Sol's
   pooling pass writes the float64 block sums on its way (``sol_gpu_routing.pool_blocks``);
-  PSA, with no pass over k of its own, sums in a pass of its own (:func:`key_means`);
+  PSA, which has no other pass over k, sums in one of its own (:func:`key_means`);
 - per key block j, over its real tokens (padding slots are left out): d = k − m in float32,
   a_j = max |d|, s_j = a_j / B, y = d / s_j, code = the rounding of y
   (:func:`code_range`, :func:`code_scale`, :func:`encode`): int8 floor(y + 0.5) in
