@@ -59,9 +59,10 @@ __all__ = ["CodeFormat", "CODE_FORMATS", "QuantizedKeys", "quantize_keys", "key_
 
 KEY_CHUNK = 64  # key slots per step of _quantize_keys_kernel
 # _key_sums_kernel: tokens per program, and per step. A span of 1024 gives about two programs
-# an SM for three heads at Wan 720p (75,600 tokens), the smallest head group it runs.
+# an SM for three heads at Wan 720p (75,600 tokens), the smallest head group it runs; 64 rows a
+# step read k at twice the rate of 32 (benchmarks/bench_key_sums.py; spans of 256-1024 tie).
 KEY_SUM_SPAN = 1024
-KEY_SUM_ROWS = 32
+KEY_SUM_ROWS = 64
 
 
 @dataclass(frozen=True)

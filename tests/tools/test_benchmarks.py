@@ -33,6 +33,32 @@ REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks"
 
 
+# ---------------------------------------------------------------- bench_key_sums.py
+
+def test_bench_key_sums_sweeps_every_setting_against_the_reference_and_restores_the_shipped_one(tmp_path, capsys,
+                                                                                              monkeypatch):
+    from benchmarks import bench_key_sums
+    from kernels.engine import quantize
+
+    shipped = (quantize.KEY_SUM_SPAN, quantize.KEY_SUM_ROWS)
+    out = tmp_path / "key_sums.json"
+    bench_key_sums.main(["--out", str(out), "--tokens", "1300", "--heads", "2"])
+    doc = json.loads(out.read_text())
+    assert doc["command"].startswith("python3 ") and doc["shape"]["tokens"] == 1300
+    swept = doc["rows"][1:]
+    assert [row["variant"] for row in swept] == [f"span {s}, rows {r}" for s in bench_key_sums.SPANS
+                                                 for r in bench_key_sums.ROWS]
+    assert all(row["equal_to_reference"] and row["ms"] > 0 for row in swept)
+    assert [row["variant"] for row in swept if row["shipped"]] == [f"span {shipped[0]}, rows {shipped[1]}"]
+    assert (quantize.KEY_SUM_SPAN, quantize.KEY_SUM_ROWS) == shipped
+    assert "--tokens and --heads: expected positive counts, got 0 and 2" in usage_error(
+        bench_key_sums.main, tmp_path, capsys, "--tokens", "0", "--heads", "2")
+    if not torch.cuda.is_available():
+        monkeypatch.delenv("TRITON_INTERPRET")
+        assert "without CUDA, run through Triton's interpreter: TRITON_INTERPRET=1" in usage_error(
+            bench_key_sums.main, tmp_path, capsys)
+
+
 # ---------------------------------------------------------------- bench_kernels.py
 
 @pytest.mark.parametrize("args, message", [
