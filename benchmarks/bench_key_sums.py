@@ -2,7 +2,8 @@
 fp8 calls) on the GPU at Wan 720p's size (75,600 tokens, 40 heads, d 128): its time per call
 for each span and step of ``_key_sums_kernel`` (``KEY_SUM_SPAN`` tokens per program,
 ``KEY_SUM_ROWS`` per step), each checked bit for bit against the float reference, beside
-PyTorch's float64 sum (the reference itself). The shipped constants are the fastest row.
+PyTorch's float64 sum (the reference itself). The shipped setting should be the fastest row
+or tie with it.
 Without CUDA it runs through Triton's interpreter (TRITON_INTERPRET=1), timed by the wall
 clock: a check of the sweep on a small ``--tokens`` / ``--heads``, not a timing.
 
