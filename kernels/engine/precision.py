@@ -4,9 +4,9 @@
   as the kernels always ran;
 - ``"int8"``: q per query tile and k per key block, k smoothed first, in int8 with int32
   accumulation (``engine.quantize``; float reference ``quantized_reference``). P·V, Sol's
-  routing and its pooled term stay in the input dtype. On the sm_90 row PSA's quantized calls
-  run the warp-specialised Hopper loop and Sol's the portable kernel (TMA boxes): the Hopper
-  loop's ring carries Sol's pooled chunks in the input dtype beside the exact blocks;
+  routing and its pooled term stay in the input dtype. On the sm_90 row the quantized calls run
+  the warp-specialised Hopper loop (Sol's on its 64-token blocks, the pooled chunks in the
+  input dtype beside the exact blocks' codes);
 - ``"fp8"``: the same structure in float8 e4m3 (per-block scale = amax / 448), QKᵀ on fp8
   tensor cores with float32 accumulation; P·V stays in the input dtype. fp8 MMAs exist from
   sm_89 on (sm_89, sm_90, sm_100, sm_120); Triton refuses float8e4nv on sm_80 and sm_86, so
@@ -131,19 +131,13 @@ def _logged_auto(capability: tuple, method: str) -> PrecisionChoice:
 def resolve_precision(precision, config: LaunchConfig, method: str) -> PrecisionChoice:
     """What a ``method`` call ("sol" or "psa") asking for ``precision`` runs with the launch
     row ``config``: ``auto``'s row (logged once per architecture and method) or the precision
-    asked for ("fp8" refused before sm_89, :func:`check_fp8_row`); the reason says when the
-    portable kernel takes a quantized Sol call from the warp-specialised Hopper loop."""
+    asked for ("fp8" refused before sm_89, :func:`check_fp8_row`)."""
     precision = check_precision(precision)
     method = check_method(method)
     if precision == "fp8":
         check_fp8_row(config)
-    choice = (_logged_auto(tuple(config.capability), method) if precision == "auto"
-              else PrecisionChoice(precision, "asked for"))
-    if choice.precision in QUANTIZED_PRECISIONS and config.warp_specialized and method == "sol":
-        choice = PrecisionChoice(choice.precision, f"{choice.reason}; the portable kernel runs Sol's quantized "
-                                                   f"calls: the warp-specialised Hopper loop has no "
-                                                   f"{choice.precision} path beside Sol's pooled term")
-    return choice
+    return (_logged_auto(tuple(config.capability), method) if precision == "auto"
+            else PrecisionChoice(precision, "asked for"))
 
 
 def precision_for_device(precision, device, method: str) -> PrecisionChoice:
