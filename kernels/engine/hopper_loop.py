@@ -36,8 +36,8 @@ the key codes, the query tiles are quantized in the consumers' prologue and QK�
 operands; P·V stays in the input dtype. PSA's query codes take the query tile's place in shared
 memory. Sol's pooled chunks still need q and the ring in the input dtype, so its ring keeps
 slots of that dtype, a step's key codes fill the first half of its slot (``_exact_key_slots``),
-and the query codes stay in registers as the wgmma's A operand: a third buffer would cost a
-ring slot. The semantics are the portable kernel's; the
+and the query codes take the first half of the query tile's buffer once the pooled chunks are
+done (``_store_query_codes``): a buffer of their own would cost a ring slot. The semantics are the portable kernel's; the
 float references are the same.
 Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``), and only with
 Triton >= 3.6 (``engine.load_hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable
@@ -431,13 +431,15 @@ def _exact_key_slots(ring, shape, code_dtype, slot):
 def _produce_pair_step(call, ring, shape, blocks, k_at, v_at, slot, phase):
     """The two key blocks of a Sol pair step into the halves of ring slot ``slot``."""
     blk0, blk1 = blocks
-    CHUNKS: gl.constexpr = shape.HEAD_DIM // call.k_grid.block_type.shape[4]
+    # Column chunks of 128 bytes a half: K's codes are 8-bit, V in the input dtype.
+    K_CHUNKS: gl.constexpr = shape.HEAD_DIM // call.k_grid.block_type.shape[4]
+    V_CHUNKS: gl.constexpr = shape.HEAD_DIM // call.v_grid.block_type.shape[4]
     k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
     mbarrier.wait(ring.empty.index(slot), phase ^ 1)
-    mbarrier.expect(ring.k_ready.index(slot), 2 * CHUNKS * call.k_grid.block_type.nbytes)
+    mbarrier.expect(ring.k_ready.index(slot), 2 * K_CHUNKS * call.k_grid.block_type.nbytes)
     _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk0, k_slots, k_slot, 0, ring.k_ready.index(slot))
     _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk1, k_slots, k_slot, 1, ring.k_ready.index(slot))
-    mbarrier.expect(ring.v_ready.index(slot), 2 * CHUNKS * call.v_grid.block_type.nbytes)
+    mbarrier.expect(ring.v_ready.index(slot), 2 * V_CHUNKS * call.v_grid.block_type.nbytes)
     _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk0, ring.v_ring, slot, 0, ring.v_ready.index(slot))
     _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk1, ring.v_ring, slot, 1, ring.v_ready.index(slot))
 
@@ -619,7 +621,7 @@ def _no_scores(k_buf, me):
 @gluon.jit
 def _attend(state, qk, ring, slot, phase, bias, scales, me):
     """One key tile of the online softmax against ring slot ``slot``, QKᵀ on the operands
-    ``qk`` (the query tile, in shared memory or registers, and the slot's keys), the scores of
+    ``qk`` (the query tile and the slot's keys, in shared memory), the scores of
     the slot's first and second halves times ``scales`` (one value twice for a slot of one
     block: the two products fold into one); ``state`` is the accumulator, the running max and
     the running sum."""
@@ -628,9 +630,7 @@ def _attend(state, qk, ring, slot, phase, bias, scales, me):
     v_buf = ring.v_ring.index(slot)
     mbarrier.wait(ring.k_ready.index(slot), phase)
     s = warpgroup_mma(q_op, k_buf.permute((1, 0)), _no_scores(k_buf, me), use_acc=False, is_async=True)
-    # q_op is not a dependency: its shared tile is written once, before the loop, and an 8-bit
-    # register operand is one the wait cannot take (its registers stay live through the loop).
-    s, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, k_buf))
+    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_op, k_buf))
     # The halves' factors are chosen here, after the wait, by a column test the compiler
     # recomputes, rather than as a column vector built before the step (registers a consumer
     # does not have to spare).
@@ -739,6 +739,25 @@ def _quantized_query(call, shape, q, rows_ok, partner_row, qblk, q_base, live, l
     bad = bad | other_bad
     scale, divisor = code_scale(gl.maximum(amax, other_max), bad, CODE_DTYPE)
     return encode(x, divisor, bad, CODE_DTYPE), scale
+
+
+@gluon.jit
+def _store_query_codes(call, ring, c: gl.constexpr, q_base, rows, rows_ok, offs_d):
+    """Sol's quantized calls, once consumer ``c``'s pooled chunks are done: the codes of its
+    query block (the block is the query tile) in the first half of its query tile's shared
+    memory, which no step reads any more (each step ended with its warps in step, releasing
+    its slot), and their scale. q is read again rather than kept in registers through the
+    pooled chunks."""
+    CODE_DTYPE: gl.constexpr = call.k_grid.dtype
+    HEAD_DIM: gl.constexpr = ring.q_bufs.shape[2]
+    q = gl.load(q_base + rows[:, None] * call.stride_qn + offs_d[None, :], mask=rows_ok[:, None], other=0.0)
+    codes, q_scale = quantize_query_tile(q, rows_ok, CODE_DTYPE)
+    slots = ring.q_bufs._reinterpret(CODE_DTYPE, [2 * ring.q_bufs.shape[0], ROWS, HEAD_DIM],
+                                     gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], CODE_DTYPE))
+    q_codes = slots.index(2 * c)
+    q_codes.store(codes)
+    fence_async_shared()
+    return q_codes, q_scale
 
 
 @gluon.jit
@@ -877,25 +896,15 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     q_smem = ring.q_bufs.index(c)
     score_scale = call.qk_scale_log2
     k_scales = call.K_SCALES
-    q_codes = q_smem  # the exact blocks' query operand
-    if shape.QUANTIZED and shape.POOLED:
-        # Sol: the query block is the query tile; its codes stay in registers (module docstring).
-        q_smem.store(q)
-        a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=code_layout, k_width=4)
-        a_rows = gl.convert_layout(rows, gl.SliceLayout(1, a_layout))
-        a_ok = gl.convert_layout(rows_ok, gl.SliceLayout(1, a_layout))
-        a_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, a_layout))
-        q_a = gl.load(q_base + a_rows[:, None] * call.stride_qn + a_d[None, :], mask=a_ok[:, None], other=0.0)
-        q_codes, q_scale = quantize_query_tile(q_a, a_ok, call.k_grid.dtype)
-    elif shape.QUANTIZED:
+    if shape.QUANTIZED and not shape.POOLED:
         partner_row = first_row + ROWS if c == 0 else first_row - ROWS
         codes, q_scale = _quantized_query(call, shape, q, rows_ok, partner_row, qblk, q_base, live, load_layout,
                                           q_smem.dtype)
         q_smem.store(codes)
-    else:
-        q_smem.store(q)
-    if shape.QUANTIZED:
         score_scale = q_scale * call.qk_scale_log2
+    else:
+        q_smem.store(q)  # Sol's quantized calls too: the pooled chunks read q in the input dtype
+    if shape.QUANTIZED:
         k_scales = call.K_SCALES + (b.to(gl.int64) * call.group_heads + h - call.head_base) * call.num_blocks
     fence_async_shared()
 
@@ -966,6 +975,10 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     else:
         # Sol: the pair stream's steps, a key block in each half of the slot (with quantized
         # keys, each half's scores times its block's scale).
+        q_codes = q_smem
+        if shape.QUANTIZED:
+            q_codes, q_scale = _store_query_codes(call, ring, c, q_base, rows, rows_ok, offs_d)
+            score_scale = q_scale * call.qk_scale_log2
         step_next = _step_blocks(ids, 0, n_grid)
         for t in range(n_grid):
             blk0, blk1, empty1, users = step_next
