@@ -12,9 +12,8 @@ lowers the mask to that backend's work form:
 ``launch_config`` holds the per-architecture launch configurations; ``launch_order`` the
 order programs run in; ``precision`` the precision of the exact blocks' QKᵀ ("bf16", "int8",
 "fp8", or "auto": per architecture), with ``quantize`` the int8 and fp8 operands. A quantized
-PSA call on the sm_90 row runs the Hopper loop with its QKᵀ on the codes; a quantized Sol call
-runs the portable kernel everywhere (TMA boxes on sm_90): its pooled chunks share the Hopper
-loop's ring with the exact blocks, in the input dtype.
+call on the sm_90 row runs the Hopper loop with its exact blocks' QKᵀ on the codes (Sol's
+pooled chunks stay in the input dtype).
 
 Scratch memory: a caller that allocates work memory per head (Sol's pooled means, its mask
 and the engine's work form of it; quantized keys, for both methods) runs its heads in groups whose
@@ -110,11 +109,11 @@ def work_bytes_per_head(q, k, v, layout: BlockLayout, *, pooled: bool, config: O
     mask of one call: its work form (id lists or pair streams) and, with ``precision``
     "int8" or "fp8" (resolved: not "auto"), the quantized keys (``quantize.quantized_key_bytes``)."""
     config = config or config_for_device(q.device)
-    if _hopper_loop_runs(q, k, v, layout, pooled=pooled, config=config, precision=precision) \
-            and query_tile_rows(layout) == 64:
-        return pair_stream_bytes(layout.n_blocks)
     keys = quantized_key_bytes(layout, q.shape[3], q.element_size(), pooled) \
         if precision in QUANTIZED_PRECISIONS else 0
+    if _hopper_loop_runs(q, k, v, layout, pooled=pooled, config=config, precision=precision) \
+            and query_tile_rows(layout) == 64:
+        return pair_stream_bytes(layout.n_blocks) + keys
     return id_list_bytes(layout.n_blocks) + keys
 
 

@@ -31,10 +31,14 @@ block's length get -inf); Sol's steps mix grid and text blocks, their padding ma
 pays (``edge_cover_rows``), PSA's blocks there run the edge cover: two boxes of half a slot
 per step, the top half rows of each frame, then each remaining row across half-tile-height
 frames, so that fewer steps read padding (at 720p, 45 = 5·8 + 5 rows, 3×8×W tiles: 2 steps
-instead of 3). With quantized keys (PSA's 128-row tiles, ``QUANTIZED``) the K boxes are
-boxes of the key codes, the query tiles are quantized in the consumers' prologue and QKᵀ runs
-on 8-bit operands; P·V stays in the input dtype. The semantics are the portable kernel's; the
-float references are the same.
+instead of 3). With quantized keys (``QUANTIZED``) the exact blocks' K boxes are boxes of
+the key codes, the query tiles are quantized in the consumers and QKᵀ runs on 8-bit operands;
+P·V stays in the input dtype. PSA's query codes take the query tile's place in shared memory.
+Sol's pooled chunks still need q and the ring in the input dtype, so its ring keeps slots of
+that dtype, a step's key codes fill the first half of its slot (``_exact_key_slots``), and the
+query codes take the first half of the query tile's buffer once the pooled chunks are done
+(``_store_query_codes``): a buffer of their own would cost a ring slot. The semantics are the
+portable kernel's; the float references are the same.
 Only Hopper builds this kernel (``launch_config``'s ``warp_specialized``), and only with
 Triton >= 3.6 (``engine.load_hopper_loop``); B200 needs tcgen05 MMAs and keeps the portable
 kernel.
@@ -61,7 +65,7 @@ from .._device import triton_interpreting
 from .id_lists import id_lists
 from .launch_args import grid_geometry, strides
 from .pair_streams import pair_streams
-from .quantize import code_range, code_scale, encode
+from .quantize import code_range, code_scale, encode, quantize_query_tile
 from .tile_loop import tma_views
 
 __all__ = ["ROWS", "cover_box", "cover_steps", "edge_cover_rows", "ws_block_sparse_attention", "ws_supported"]
@@ -408,15 +412,34 @@ def _copy_block_half(call, shape, grid_desc, seq_desc, at, blk, ring_buf, slot, 
 
 
 @gluon.jit
+def _exact_key_slots(ring, shape, code_dtype, slot):
+    """The K ring as the exact blocks' key slots, and ring slot ``slot``'s index there: the
+    ring itself, or for Sol's quantized calls (a ring of the input dtype, which the pooled
+    chunks need) the ring seen as 8-bit slots of half a slot's bytes, a step's codes in the
+    first half of its slot."""
+    slots = ring.k_ring
+    index = slot
+    if shape.QUANTIZED and shape.POOLED:
+        slots = ring.k_ring._reinterpret(code_dtype, [2 * shape.STAGES, shape.BLOCK_N, shape.HEAD_DIM],
+                                         gl.NVMMASharedLayout.get_default_for([shape.BLOCK_N, shape.HEAD_DIM],
+                                                                              code_dtype))
+        index = 2 * slot
+    return slots, index
+
+
+@gluon.jit
 def _produce_pair_step(call, ring, shape, blocks, k_at, v_at, slot, phase):
     """The two key blocks of a Sol pair step into the halves of ring slot ``slot``."""
     blk0, blk1 = blocks
-    CHUNKS: gl.constexpr = shape.HEAD_DIM // call.k_grid.block_type.shape[4]
+    # Column chunks of 128 bytes a half: K's codes are 8-bit, V in the input dtype.
+    K_CHUNKS: gl.constexpr = shape.HEAD_DIM // call.k_grid.block_type.shape[4]
+    V_CHUNKS: gl.constexpr = shape.HEAD_DIM // call.v_grid.block_type.shape[4]
+    k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
     mbarrier.wait(ring.empty.index(slot), phase ^ 1)
-    mbarrier.expect(ring.k_ready.index(slot), 2 * CHUNKS * call.k_grid.block_type.nbytes)
-    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk0, ring.k_ring, slot, 0, ring.k_ready.index(slot))
-    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk1, ring.k_ring, slot, 1, ring.k_ready.index(slot))
-    mbarrier.expect(ring.v_ready.index(slot), 2 * CHUNKS * call.v_grid.block_type.nbytes)
+    mbarrier.expect(ring.k_ready.index(slot), 2 * K_CHUNKS * call.k_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk0, k_slots, k_slot, 0, ring.k_ready.index(slot))
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk1, k_slots, k_slot, 1, ring.k_ready.index(slot))
+    mbarrier.expect(ring.v_ready.index(slot), 2 * V_CHUNKS * call.v_grid.block_type.nbytes)
     _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk0, ring.v_ring, slot, 0, ring.v_ready.index(slot))
     _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk1, ring.v_ring, slot, 1, ring.v_ready.index(slot))
 
@@ -552,14 +575,17 @@ def _producer(call, ring, shape):
 class Consumer:
     """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
     it waits on, which bit of a Sol stream entry is its item's), whether it takes turns with
-    the other consumer (``PING_PONG``), the layouts of its scores, accumulator and P operand,
-    the scores' accumulator type (int32 for int8 codes, else float32) and the softmax scale."""
+    the other consumer (``PING_PONG``), the layouts of its scores (those the softmax reads,
+    and those of a QKᵀ on 8-bit codes with their accumulator type: int32 for int8, float32 for
+    fp8; one layout of registers, the wgmma's K step aside), accumulator and P operand, and the
+    softmax scale."""
 
     c: gl.constexpr
     PING_PONG: gl.constexpr
     BLOCK_N: gl.constexpr
     s_layout: gl.constexpr
-    s_dtype: gl.constexpr
+    code_layout: gl.constexpr
+    code_acc: gl.constexpr
     acc_layout: gl.constexpr
     p_layout: gl.constexpr
     qk_scale_log2: _SCALAR
@@ -583,17 +609,36 @@ def _softmax_update(s, m_i, l_i, acc, bias, scale, me):
 
 
 @gluon.jit
-def _attend(state, q_smem, ring, slot, phase, bias, scale, me):
-    """One key tile of the online softmax against ring slot ``slot``, its scores times
-    ``scale``; ``state`` is the accumulator, the running max and the running sum."""
+def _no_scores(k_buf, me):
+    """The zero accumulator of a QKᵀ against ``k_buf``: of the 8-bit layout on key codes."""
+    if k_buf.dtype.primitive_bitwidth == 8:
+        zero = gl.zeros([ROWS, me.BLOCK_N], me.code_acc, me.code_layout)
+    else:
+        zero = gl.zeros([ROWS, me.BLOCK_N], gl.float32, me.s_layout)
+    return zero
+
+
+@gluon.jit
+def _attend(state, qk, ring, slot, phase, bias, scales, me):
+    """One key tile of the online softmax against ring slot ``slot``, QKᵀ on the operands
+    ``qk`` (the query tile and the slot's keys, in shared memory), the scores of
+    the slot's first and second halves times ``scales`` (one value twice for a slot of one
+    block: the two products fold into one); ``state`` is the accumulator, the running max and
+    the running sum."""
     acc, m_i, l_i = state
-    k_buf = ring.k_ring.index(slot)
+    q_op, k_buf = qk
     v_buf = ring.v_ring.index(slot)
     mbarrier.wait(ring.k_ready.index(slot), phase)
-    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], me.s_dtype, me.s_layout),
-                      use_acc=False, is_async=True)
-    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf))
-    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, scale, me)
+    s = warpgroup_mma(q_op, k_buf.permute((1, 0)), _no_scores(k_buf, me), use_acc=False, is_async=True)
+    s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_op, k_buf))
+    # The halves' factors are chosen here, after the wait, by a column test the compiler
+    # recomputes, rather than as a column vector built before the step (registers a consumer
+    # does not have to spare).
+    first, second = scales
+    s = gl.convert_layout(s, me.s_layout).to(gl.float32)
+    in_first = gl.arange(0, me.BLOCK_N, layout=gl.SliceLayout(0, me.s_layout)) < me.BLOCK_N // 2
+    s = gl.where(in_first[None, :], s * first, s * second)
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, 1.0, me)
     p_op = gl.convert_layout(p.to(v_buf.dtype), me.p_layout)
     mbarrier.wait(ring.v_ready.index(slot), phase)
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
@@ -614,10 +659,10 @@ def _pass(ring, slot, phase):
 
 
 @gluon.jit
-def _stream_step(state, q_smem, ring, slot, phase, bias, me, users):
+def _stream_step(state, qk, ring, slot, phase, bias, scales, me, users):
     """One step of a Sol pair stream: computed if ``users`` has this consumer's item, else passed."""
     if ((users >> me.c) & 1) != 0:
-        state = _attend(state, q_smem, ring, slot, phase, bias, me.qk_scale_log2, me)
+        state = _attend(state, qk, ring, slot, phase, bias, scales, me)
     else:
         _pass(ring, slot, phase)
     return state
@@ -643,8 +688,7 @@ def _attend_in_turn(state, q_smem, ring, slot, phase, bias, scale, me):
     acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)
     k_buf = ring.k_ring.index(slot)
     mbarrier.wait(ring.k_ready.index(slot), phase)
-    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), gl.zeros([ROWS, me.BLOCK_N], me.s_dtype, me.s_layout),
-                      use_acc=False, is_async=True)
+    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), _no_scores(k_buf, me), use_acc=False, is_async=True)
     mbarrier.arrive(ring.turn.index(1 - me.c), count=1)
     acc, s, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s, q_smem, k_buf, v_prev))
     mbarrier.arrive(ring.empty.index(prev_slot), count=1, pred=has_prev)
@@ -660,7 +704,7 @@ def _step(state, q_smem, ring, slot, phase, bias, scale, me):
     if me.PING_PONG:
         state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, scale, me)
     else:
-        state = _attend(state, q_smem, ring, slot, phase, bias, scale, me)
+        state = _attend(state, (q_smem, ring.k_ring.index(slot)), ring, slot, phase, bias, (scale, scale), me)
     return state
 
 
@@ -695,6 +739,25 @@ def _quantized_query(call, shape, q, rows_ok, partner_row, qblk, q_base, live, l
     bad = bad | other_bad
     scale, divisor = code_scale(gl.maximum(amax, other_max), bad, CODE_DTYPE)
     return encode(x, divisor, bad, CODE_DTYPE), scale
+
+
+@gluon.jit
+def _store_query_codes(call, ring, c: gl.constexpr, q_base, rows, rows_ok, offs_d):
+    """Sol's quantized calls, once consumer ``c``'s pooled chunks are done: the codes of its
+    query block (the block is the query tile) in the first half of its query tile's shared
+    memory, which no step reads any more (each step ended with its warps in step, releasing
+    its slot), and their scale. q is read again rather than kept in registers through the
+    pooled chunks."""
+    CODE_DTYPE: gl.constexpr = call.k_grid.dtype
+    HEAD_DIM: gl.constexpr = ring.q_bufs.shape[2]
+    q = gl.load(q_base + rows[:, None] * call.stride_qn + offs_d[None, :], mask=rows_ok[:, None], other=0.0)
+    codes, q_scale = quantize_query_tile(q, rows_ok, CODE_DTYPE)
+    slots = ring.q_bufs._reinterpret(CODE_DTYPE, [2 * ring.q_bufs.shape[0], ROWS, HEAD_DIM],
+                                     gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], CODE_DTYPE))
+    q_codes = slots.index(2 * c)
+    q_codes.store(codes)
+    fence_async_shared()
+    return q_codes, q_scale
 
 
 @gluon.jit
@@ -806,8 +869,12 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     TILE_H: gl.constexpr = shape.TILE_H
     TILE_W: gl.constexpr = shape.TILE_W
 
-    # QKᵀ's wgmma reduces 32 8-bit codes a step, 16 half-precision elements.
-    QK_K: gl.constexpr = 32 if shape.QUANTIZED else 16
+    # QKᵀ's wgmma reduces 32 8-bit codes a step, 16 half-precision elements: the scores the
+    # softmax reads are laid out as PSA's QKᵀ makes them (on codes when quantized), Sol's as its
+    # pooled chunks' (in the input dtype; its exact blocks' scores come in code_layout).
+    code_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                          instr_shape=[16, BLOCK_N, 32])
+    QK_K: gl.constexpr = 32 if shape.QUANTIZED and not shape.POOLED else 16
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, QK_K])
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -829,21 +896,22 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     q_smem = ring.q_bufs.index(c)
     score_scale = call.qk_scale_log2
     k_scales = call.K_SCALES
-    if shape.QUANTIZED:
+    if shape.QUANTIZED and not shape.POOLED:
         partner_row = first_row + ROWS if c == 0 else first_row - ROWS
         codes, q_scale = _quantized_query(call, shape, q, rows_ok, partner_row, qblk, q_base, live, load_layout,
                                           q_smem.dtype)
         q_smem.store(codes)
         score_scale = q_scale * call.qk_scale_log2
-        k_scales = call.K_SCALES + (b.to(gl.int64) * call.group_heads + h - call.head_base) * call.num_blocks
     else:
-        q_smem.store(q)
+        q_smem.store(q)  # Sol's quantized calls too: the pooled chunks read q in the input dtype
+    if shape.QUANTIZED:
+        k_scales = call.K_SCALES + (b.to(gl.int64) * call.group_heads + h - call.head_base) * call.num_blocks
     fence_async_shared()
 
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
-    me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout,
-                  s_dtype=gl.int32 if q_smem.dtype == gl.int8 else gl.float32, acc_layout=acc_layout,
+    me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, code_layout=code_layout,
+                  code_acc=gl.int32 if call.k_grid.dtype == gl.int8 else gl.float32, acc_layout=acc_layout,
                   p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
     state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
              gl.full([ROWS], NEG_BIG, gl.float32, gl.SliceLayout(1, s_layout)),
@@ -865,7 +933,8 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             if shape.SHARED_LIST:
                 state = _step(state, q_smem, ring, slot, phase, bias, score_scale, me)
             else:
-                state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
+                state = _stream_step(state, (q_smem, ring.k_ring.index(slot)), ring, slot, phase, bias,
+                                     (me.qk_scale_log2, me.qk_scale_log2), me, users)
             i += 1
     SUB: gl.constexpr = TILE_T // shape.SUB_T
     box_t = offs_n // (TILE_H * TILE_W)
@@ -904,14 +973,23 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             state = _step(state, q_smem, ring, slot, phase, bias, block_scale, me)
             i += 1
     else:
-        # Sol: the pair stream's steps, a key block in each half of the slot.
+        # Sol: the pair stream's steps, a key block in each half of the slot (with quantized
+        # keys, each half's scores times its block's scale).
+        q_codes = q_smem
+        if shape.QUANTIZED:
+            q_codes, q_scale = _store_query_codes(call, ring, c, q_base, rows, rows_ok, offs_d)
+            score_scale = q_scale * call.qk_scale_log2
         step_next = _step_blocks(ids, 0, n_grid)
         for t in range(n_grid):
             blk0, blk1, empty1, users = step_next
             step_next = _step_blocks(ids, t + 1, n_grid)
             bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n)
             slot, phase = _ring_slot(shape, i)
-            state = _stream_step(state, q_smem, ring, slot, phase, bias, me, users)
+            k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
+            scales = (score_scale, score_scale)
+            if shape.QUANTIZED:
+                scales = (score_scale * gl.load(k_scales + blk0), score_scale * gl.load(k_scales + blk1))
+            state = _stream_step(state, (q_codes, k_slots.index(k_slot)), ring, slot, phase, bias, scales, me, users)
             i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA and shape.SHARED_LIST:
@@ -956,9 +1034,10 @@ def _ws_block_sparse_kernel(
     POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr, EDGE_ROWS: gl.constexpr,
     QUANTIZED: gl.constexpr,
 ):
-    # QKᵀ's operands: the input dtype, or the key codes' (QUANTIZED); PV's: the input dtype.
-    qk_dtype: gl.constexpr = K_GRID.dtype
+    # The query tiles and K ring hold QKᵀ's operands: the input dtype, or the key codes' (PSA's
+    # QUANTIZED calls; Sol's pooled chunks keep them in the input dtype). PV's: the input dtype.
     v_dtype: gl.constexpr = V_GRID.dtype
+    qk_dtype: gl.constexpr = v_dtype if POOLED else K_GRID.dtype
     q_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([ROWS, HEAD_DIM], qk_dtype)
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], qk_dtype)
     v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], v_dtype)
@@ -1023,23 +1102,23 @@ def ws_supported(q, k, v, layout, block_m: int, sub_frames, num_stages: int, poo
     64-row tiles only with Sol's pooled term: on bare key lists this loop was 6 % slower than the
     portable one on gaussian inputs and within run-to-run noise on video-like ones (H200).
     ``quantized`` (int8 or fp8 key codes, which the engine writes contiguous, so TMA can box
-    them): 128-row tiles without a pooled term only, PSA's; Sol's pooled chunks share the ring
-    with its exact blocks, in the input dtype. Never under Triton's interpreter, which does not
-    run Gluon. It reads no mask, so the engine also asks it for the memory of a call's work
-    form before the call routes."""
+    them): PSA's 128-row tiles and Sol's 64-row ones (Sol's ring keeps slots of the input dtype
+    for its pooled chunks; a pooled term on 128-row tiles has no such path). Never under
+    Triton's interpreter, which does not run Gluon. It reads no mask, so the engine also asks
+    it for the memory of a call's work form before the call routes."""
     if triton_interpreting():
         return False
     if q.dtype not in (torch.float16, torch.bfloat16) or q.shape[3] not in (64, 128):
         return False
     if block_m not in (64, 128) or sub_frames is None or (block_m == 64 and not pooled):
         return False
-    if quantized and (pooled or block_m != 128):
+    if quantized and pooled and block_m != 64:
         return False
     box_rows = sub_frames * layout.tile[1] * layout.tile[2]
     if box_rows not in (64, 128) or (block_m == 64 and box_rows != 64):
         return False
     if ring_stages(block_m, step_keys(block_m, box_rows), q.shape[3], q.element_size(), num_stages,
-                   key_size=1 if quantized else None) < 2:
+                   key_size=1 if quantized and not pooled else None) < 2:
         return False
     return all(tma_views(x, layout.grid) is not None for x in (k, v))
 
@@ -1158,8 +1237,8 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, b
                               keys=None):
     """``engine.block_sparse_attention`` with the warp-specialised loop (the caller checked
     ``ws_supported``): ``mask`` lowered to id lists of 128-row tiles, or to pair streams of
-    64-row tiles; with ``keys`` (``quantize.QuantizedKeys`` of the group's heads, PSA's tiles
-    only) QKᵀ reads their codes and quantizes the query tiles in the same format."""
+    64-row tiles; with ``keys`` (``quantize.QuantizedKeys`` of the group's heads) the exact
+    blocks' QKᵀ reads their codes and quantizes the query tiles in the same format."""
     lay = mask.layout
     B, L, H, D = q.shape
     shared = block_m == 128
@@ -1184,7 +1263,8 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, b
                        BLOCK_TOKENS=lay.block_tokens, HAS_EXTRA=lay.n_blocks > lay.n_grid_blocks,
                        GRID_PADDED=_cut_in_frames_or_columns(lay) if cover else lay.padded, EDGE_ROWS=edge_rows,
                        **grid_geometry(lay))
-    stages = ring_stages(block_m, block_n, D, q.element_size(), num_stages, key_size=k_read.element_size())
+    key_size = q.element_size() if pooled is not None else k_read.element_size()  # Sol's ring: the input dtype
+    stages = ring_stages(block_m, block_n, D, q.element_size(), num_stages, key_size=key_size)
     shape_args = dict(HEAD_DIM=D, BLOCK_N=block_n, SUB_T=sub_frames, STAGES=stages,
                       SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
                       POOLED=pooled is not None, QUANTIZED=keys is not None)

@@ -4,9 +4,9 @@
   as the kernels always ran;
 - ``"int8"``: q per query tile and k per key block, k smoothed first, in int8 with int32
   accumulation (``engine.quantize``; float reference ``quantized_reference``). P·V, Sol's
-  routing and its pooled term stay in the input dtype. On the sm_90 row PSA's quantized calls
-  run the warp-specialised Hopper loop and Sol's the portable kernel (TMA boxes): the Hopper
-  loop's ring carries Sol's pooled chunks in the input dtype beside the exact blocks;
+  routing and its pooled term stay in the input dtype. On the sm_90 row the quantized calls run
+  the warp-specialised Hopper loop (Sol's on its 64-token blocks, the pooled chunks in the
+  input dtype beside the exact blocks' codes);
 - ``"fp8"``: the same structure in float8 e4m3 (per-block scale = amax / 448), QKᵀ on fp8
   tensor cores with float32 accumulation; P·V stays in the input dtype. fp8 MMAs exist from
   sm_89 on (sm_89, sm_90, sm_100, sm_120); Triton refuses float8e4nv on sm_80 and sm_86, so
@@ -25,13 +25,15 @@ int8 adds 0.0002-0.0005 rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and 0.0
 0.29 with the Wan 720p preset, inside the bound ``auto`` keeps (0.002 absolute at density
 0.15, 25 % relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017
 to PSA's. On the Hopper loop PSA's int8 ran 1.01-1.09x faster than bf16 at densities 0.15 and
-0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90. Everywhere else int8 ran slower
+0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90; Sol's int8 there ran 1.04-1.07x
+slower than its bf16 at densities 0.10 and 0.15 (its key codes make its head groups five times
+smaller). Everywhere else int8 ran slower
 than bf16 at density 0.15 (faster only at PSA's 0.40 on sm_80), so ``auto`` picks bf16; a row
 never forced stays bf16 too. The results files (``benchmarks/results/``:
 ``psa_hopper_8bit_qk_h100.json``, ``psa_int8_rows_h100.json``,
 ``psa_int8_rows_sm86_sm120_h100.json``, ``kitchen_pointer_rows_h100.json`` (Sol on the sm_80
 and sm_89 rows), ``pointer_rows_sm86_sm120_h100.json`` (Sol on the sm_86 and sm_120 rows, 2
-stages), ``int8_loops_h100.json`` (Sol on sm_90), ``fidelity_precisions_h100.json``,
+stages), ``sol_ws_8bit_h100.json`` (Sol on sm_90), ``fidelity_precisions_h100.json``,
 ``fidelity_psa_precisions_h100_layer0.json``) hold the commands.
 """
 from __future__ import annotations
@@ -87,7 +89,7 @@ AUTO_PRECISION = {
                           "error (sm_80 row forced on an H100)")},
     (8, 6): _int8_slower("1.43x", "1.17x / 1.11x", "sm_86 row forced on an H100; Sol with 2 stages"),
     (8, 9): _int8_slower("1.42x", "1.20x / 1.05x", "sm_89 row forced on an H100"),
-    (9, 0): {"sol": _bf16("the Hopper loop in bf16 ran 1.09x / 1.09x faster than int8 at density 0.10 / 0.15 (H100)"),
+    (9, 0): {"sol": _bf16("the Hopper loop in bf16 ran 1.04x / 1.07x faster than int8 at density 0.10 / 0.15 (H100)"),
              "psa": PrecisionChoice("int8", "auto: int8 ran 1.01x / 1.08x faster than bf16 at density 0.15 / 0.40 "
                                             "on Wan 720p's grid and 1.06x / 1.09x on HunyuanVideo 768p's on the "
                                             "Hopper loop (8-bit QKᵀ, P·V in bf16), adding 0.0003 rel-L2 (H100)")},
@@ -131,19 +133,13 @@ def _logged_auto(capability: tuple, method: str) -> PrecisionChoice:
 def resolve_precision(precision, config: LaunchConfig, method: str) -> PrecisionChoice:
     """What a ``method`` call ("sol" or "psa") asking for ``precision`` runs with the launch
     row ``config``: ``auto``'s row (logged once per architecture and method) or the precision
-    asked for ("fp8" refused before sm_89, :func:`check_fp8_row`); the reason says when the
-    portable kernel takes a quantized Sol call from the warp-specialised Hopper loop."""
+    asked for ("fp8" refused before sm_89, :func:`check_fp8_row`)."""
     precision = check_precision(precision)
     method = check_method(method)
     if precision == "fp8":
         check_fp8_row(config)
-    choice = (_logged_auto(tuple(config.capability), method) if precision == "auto"
-              else PrecisionChoice(precision, "asked for"))
-    if choice.precision in QUANTIZED_PRECISIONS and config.warp_specialized and method == "sol":
-        choice = PrecisionChoice(choice.precision, f"{choice.reason}; the portable kernel runs Sol's quantized "
-                                                   f"calls: the warp-specialised Hopper loop has no "
-                                                   f"{choice.precision} path beside Sol's pooled term")
-    return choice
+    return (_logged_auto(tuple(config.capability), method) if precision == "auto"
+            else PrecisionChoice(precision, "asked for"))
 
 
 def precision_for_device(precision, device, method: str) -> PrecisionChoice:

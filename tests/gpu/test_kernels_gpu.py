@@ -222,17 +222,18 @@ def test_quantized_full_size(method, grid, tile, extra, layout, precision):
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_quantized_on_every_architectures_configuration(monkeypatch, arch, precision):
     """Each architecture's launch row forced here with quantized exact blocks (the portable
-    kernel, TMA boxes or the pointer loop as the row says; PSA on the sm_90 row the
-    warp-specialised loop, never Sol there): PSA and Sol, text blocks, HunyuanVideo's
+    kernel, TMA boxes or the pointer loop as the row says; on the sm_90 row the
+    warp-specialised loop, for both methods): PSA and Sol, text blocks, HunyuanVideo's
     single-block layout, against their references of the same precision. fp8 on the sm_80 and
     sm_86 rows (no fp8 tensor cores) is refused by name."""
     from kernels.engine import load_hopper_loop
 
     hopper = load_hopper_loop()
+    ws_runs = []
     if hopper is not None:
         real = hopper.ws_block_sparse_attention
-        monkeypatch.setattr(hopper, "ws_block_sparse_attention", lambda *a, **kw: real(*a, **kw) if kw[
-            "pooled"] is None else pytest.fail(f"Sol in {precision} on the ws loop"))
+        monkeypatch.setattr(hopper, "ws_block_sparse_attention", lambda *a, **kw: ws_runs.append(
+            "psa" if kw["pooled"] is None else "sol") or real(*a, **kw))
     config = ARCHITECTURES[arch]
     grid, extra = (9, 45, 80), 256
     L = grid[0] * grid[1] * grid[2] + extra
@@ -250,6 +251,8 @@ def test_quantized_on_every_architectures_configuration(monkeypatch, arch, preci
     poison(q.numel() * 2)
     check_quantized(kernels.sol_attention(q, k, v, config=config, precision=precision, **kw),
                     lambda p: kernels.sol_attention_reference(q, k, v, precision=p, **kw), precision)
+    on_hopper_loop = config.warp_specialized and hopper is not None and torch.cuda.get_device_capability() == (9, 0)
+    assert set(ws_runs) == ({"psa", "sol"} if on_hopper_loop else set())
 
 
 WS_CASES = [
@@ -269,9 +272,8 @@ WS_CASES = [
 ]
 
 
-# PSA's cases again with quantized QKᵀ (the key codes in the ring, the query tiles quantized in the loop).
-WS_PRECISION_CASES = ([("bf16", *case) for case in WS_CASES]
-                      + [(precision, *case) for precision in QUANTIZED for case in WS_CASES if case[0] == "psa"])
+# The cases again with quantized QKᵀ (the key codes in the ring, the query tiles quantized in the loop).
+WS_PRECISION_CASES = [(precision, *case) for precision in ["bf16", *QUANTIZED] for case in WS_CASES]
 
 
 @pytest.mark.parametrize("precision,method,B,L,grid,tile,extra,H,D,dtype,layout", WS_PRECISION_CASES)

@@ -23,7 +23,7 @@ import kernels.engine as engine
 from kernels.block_mask import block_layout, row_major_layout
 from kernels.engine.launch_config import ARCHITECTURES
 from kernels.engine.quantize import CODE_FORMATS, e4m3_grid, key_means, quantize_keys, quantize_query_tile
-from kernels.quantized_reference import QuantizedOperands, smoothing_mean
+from kernels.quantized_reference import QuantizedOperands, shifted_pooled_keys, smoothing_mean
 from qkv_layouts import heads_first, hunyuan_single_block
 
 POINTER_LOOP, TMA_BOXES = ARCHITECTURES[(8, 9)], ARCHITECTURES[(9, 0)]  # sm_89: the sm_86 launch, fp8 allowed
@@ -374,6 +374,7 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     codes take the same bytes);
     Sol's groups and PSA's groups each write their heads of the output the one-group result
     writes, and a reused PSA mask keeps its groups' masks."""
+    from kernels.engine.pair_streams import pair_stream_bytes
     from kernels.engine.quantize import quantized_key_bytes
     from kernels.psa_mask import psa_kernel_mask
 
@@ -384,6 +385,10 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     int8 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="int8")
     assert int8 - bf16 == quantized_key_bytes(layout, 64, 2, pooled=True) == 256 * 64 + 4 * 4 + 4 * 64 + 4 * 64 * 2
     assert engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="fp8") == int8
+    with monkeypatch.context() as m:  # Sol's pair streams on the Hopper loop count the keys too
+        m.setattr(engine, "_hopper_loop_runs", lambda *a, **kw: True)
+        assert engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="int8") == \
+            pair_stream_bytes(layout.n_blocks) + quantized_key_bytes(layout, 64, 2, pooled=True)
     params = [[1, 0, 0, 2, 0, 0]] * 5
     sol_whole = kernels.sol_attention(q, k, v, beta=0.7, grid=grid, precision="int8")
     psa_whole = kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(1, 8, 8), precision="int8")
@@ -404,18 +409,20 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     assert torch.equal(mask.heads(2, 4).to_dense(), mask.to_dense()[:, 2:4])
 
 
-def test_quantized_psa_reaches_the_hopper_loop_with_the_codes_and_sol_does_not(monkeypatch):
-    """On a launch row whose loop is the warp-specialised Hopper loop, a PSA call that loop
-    takes runs there in every precision, an int8 or fp8 one with the group's key codes; a
-    quantized Sol call (pooled term) runs the portable kernel (``ws_supported``'s rule, as on
-    a GPU)."""
+def test_quantized_calls_reach_the_hopper_loop_with_the_codes(monkeypatch):
+    """On a launch row whose loop is the warp-specialised Hopper loop, a call that loop takes
+    runs there in every precision, an int8 or fp8 one with the group's key codes: PSA's, and
+    Sol's with its pooled keys shifted by the codes' mean. A pooled term on 128-row tiles has
+    no quantized path there (``ws_supported``'s rule, as on a GPU)."""
     import kernels.engine.hopper_loop as hopper_loop
     import types
+
+    from kernels.engine.tile_loop import tma_sub_frames
 
     monkeypatch.setattr(hopper_loop, "triton_interpreting", lambda: False)
     hopper = []
     fake = types.SimpleNamespace(ws_supported=hopper_loop.ws_supported,
-                                 ws_block_sparse_attention=lambda *a, **kw: hopper.append(kw["keys"]) or kw["out"])
+                                 ws_block_sparse_attention=lambda *a, **kw: hopper.append(kw) or kw["out"])
     ran = []
     monkeypatch.setattr(engine, "load_hopper_loop", lambda: fake)
     real = engine.portable_attention
@@ -424,15 +431,24 @@ def test_quantized_psa_reaches_the_hopper_loop_with_the_codes_and_sol_does_not(m
     kw = dict(grid=(6, 16, 32), params=[[1, 0, 0, 2, 0, 0]] * 2, tile=(3, 8, 16), config=TMA_BOXES)
     for precision in ("bf16", "int8", "fp8"):
         kernels.psa_attention(q, k, v, precision=precision, **kw)
-    assert ran == [] and hopper[0] is None
-    assert [keys.codes.dtype for keys in hopper[1:]] == [torch.int8, torch.float8_e4m3fn]
-    assert hopper[1].codes.shape == (1, 6 * 16 * 32, 2, 64)
-    monkeypatch.setattr(engine, "load_hopper_loop", lambda: types.SimpleNamespace(
-        ws_supported=hopper_loop.ws_supported, ws_block_sparse_attention=lambda *a, **kw: pytest.fail("Sol int8")))
+    assert ran == [] and hopper[0]["keys"] is None
+    assert [call["keys"].codes.dtype for call in hopper[1:]] == [torch.int8, torch.float8_e4m3fn]
+    assert hopper[1]["keys"].codes.shape == (1, 6 * 16 * 32, 2, 64)
+    hopper.clear()
     q, k, v = qkv(1, 4 * 16 * 16, 2, 64, torch.float16, seed=3)
-    kernels.sol_attention(q, k, v, beta=1.0, grid=(4, 16, 16), config=TMA_BOXES, precision="int8")
-    assert ran == ["portable"]
-    layout = block_layout((2, 8, 16), (2, 8, 8))
+    for precision in ("bf16", "int8"):
+        kernels.sol_attention(q, k, v, beta=1.0, grid=(4, 16, 16), config=TMA_BOXES, precision=precision)
+    assert ran == [] and hopper[0]["keys"] is None and hopper[1]["block_m"] == 64
+    keys, pooled = hopper[1]["keys"], hopper[1]["pooled"]
+    assert keys.codes.dtype == torch.int8 and keys.codes.shape == (1, 4 * 16 * 16, 2, 64)
+    torch.testing.assert_close(pooled.k_mean, shifted_pooled_keys(hopper[0]["pooled"].k_mean, keys.mean),
+                               rtol=0, atol=0)
+    layout = block_layout((2, 8, 16), (2, 8, 8))  # 128-token blocks: 128-row query tiles
+    q, k, v = qkv(1, 2 * 8 * 16, 2, 64, torch.float16, seed=4)
+    sub_frames = tma_sub_frames(layout.tile)
+    assert hopper_loop.ws_supported(q, k, v, layout, 128, sub_frames, TMA_BOXES.num_stages, pooled=True)
+    assert not hopper_loop.ws_supported(q, k, v, layout, 128, sub_frames, TMA_BOXES.num_stages, pooled=True,
+                                        quantized=True)
     assert engine.work_bytes_per_head(q, k, v, layout, pooled=False, config=TMA_BOXES, precision="int8") > \
         engine.work_bytes_per_head(q, k, v, layout, pooled=False, config=POINTER_LOOP, precision="bf16")
 
@@ -567,9 +583,7 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
         "bf16 (auto: int8 not measured on this launch row)"
     assert prec.resolve_precision("int8", POINTER_LOOP, "sol").describe() == "int8 (asked for)"
     assert prec.resolve_precision("int8", TMA_BOXES, "psa").describe() == "int8 (asked for)"
-    assert prec.resolve_precision("fp8", TMA_BOXES, "sol").describe() == (
-        "fp8 (asked for; the portable kernel runs Sol's quantized calls: the warp-specialised Hopper loop has no "
-        "fp8 path beside Sol's pooled term)")
+    assert prec.resolve_precision("fp8", TMA_BOXES, "sol").describe() == "fp8 (asked for)"
     with pytest.raises(ValueError, match="^method: expected one of 'sol', 'psa', got 'sol_attn'"):
         prec.resolve_precision("auto", POINTER_LOOP, "sol_attn")
     # the public form, for a device (the interpreter's is the Hopper row)
