@@ -26,15 +26,15 @@ int8 adds 0.0002-0.0005 rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and 0.0
 0.15, 25 % relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017
 to PSA's. On the Hopper loop PSA's int8 ran 1.01-1.09x faster than bf16 at densities 0.15 and
 0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90; Sol's int8 there ran 1.04-1.07x
-slower than its bf16 at densities 0.10 and 0.15 (its key codes make its head groups five times
-smaller). Everywhere else int8 ran slower
-than bf16 at density 0.15 (faster only at PSA's 0.40 on sm_80), so ``auto`` picks bf16; a row
-never forced stays bf16 too. The results files (``benchmarks/results/``:
-``psa_hopper_8bit_qk_h100.json``, ``psa_int8_rows_h100.json``,
+slower than its bf16 at Wan 720p's densities 0.10 and 0.15 (its key codes make its head groups
+five times smaller) and 1.07x faster at 131K tokens, density 0.10: ``auto`` keeps bf16 for
+Sol. Everywhere else int8 ran slower than bf16 at density 0.15 (faster only at PSA's 0.40 on
+sm_80), so ``auto`` picks bf16; a row never forced stays bf16 too. The results files
+(``benchmarks/results/``: ``psa_hopper_8bit_qk_h100.json``, ``psa_int8_rows_h100.json``,
 ``psa_int8_rows_sm86_sm120_h100.json``, ``kitchen_pointer_rows_h100.json`` (Sol on the sm_80
 and sm_89 rows), ``pointer_rows_sm86_sm120_h100.json`` (Sol on the sm_86 and sm_120 rows, 2
-stages), ``sol_ws_8bit_h100.json`` (Sol on sm_90), ``fidelity_precisions_h100.json``,
-``fidelity_psa_precisions_h100_layer0.json``) hold the commands.
+stages), ``sol_ws_8bit_h100.json`` and ``sol_ws_8bit_131k_h100.json`` (Sol on sm_90),
+``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``) hold the commands.
 """
 from __future__ import annotations
 
