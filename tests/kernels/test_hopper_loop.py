@@ -46,6 +46,7 @@ def test_the_calls_it_takes(compiled):
     sol = block_layout((4, 16, 16), (1, 8, 8))
     q, k, v = qkv(4 * 16 * 16)
     assert ws_supported(q, k, v, sol, 64, tma_sub_frames(sol.tile), 3, pooled=True)
+    assert ws_supported(q, k, v, sol, 64, tma_sub_frames(sol.tile), 3, pooled=True, quantized=True)
 
 
 def test_the_calls_it_leaves_to_the_portable_loop(compiled):
@@ -65,10 +66,7 @@ def test_the_calls_it_leaves_to_the_portable_loop(compiled):
     tiny = block_layout((4, 6, 10), (2, 3, 5))                                 # 30-token tiles
     q, k, v = qkv(4 * 6 * 10)
     assert not ws_supported(q, k, v, tiny, 32, tma_sub_frames(tiny.tile), 3, pooled=False)
-    sol = block_layout((4, 16, 16), (1, 8, 8))                                 # quantized Sol: pooled term
-    q, k, v = qkv(4 * 16 * 16)
-    assert not ws_supported(q, k, v, sol, 64, tma_sub_frames(sol.tile), 3, pooled=True, quantized=True)
-    q, k, v = qkv(L)                                                           # quantized Sol on 128-row tiles
+    q, k, v = qkv(L)                                                           # a quantized pooled term on 128-row tiles
     assert not ws_supported(q, k, v, psa, 128, frames, 3, pooled=True, quantized=True)
 
 
