@@ -59,6 +59,30 @@ def test_bench_key_sums_sweeps_every_setting_against_the_reference_and_restores_
             bench_key_sums.main, tmp_path, capsys)
 
 
+# ---------------------------------------------------------------- hopper_step_ablation.py
+
+def test_hopper_step_ablation_cuts_apply_to_the_loop_and_it_needs_hopper_to_time(tmp_path, capsys, monkeypatch):
+    """Every cut still finds its source in the Hopper loop once and leaves valid Python; the
+    baseline runs first and last; without an sm_90 GPU the timing is refused by name, and a
+    cut whose source has gone away is an error that names it."""
+    from benchmarks import hopper_step_ablation as ablation
+
+    sources = ablation.main(["--check"])
+    assert set(sources) == {None, *ablation.CUTS}
+    for cut in ablation.CUTS:
+        assert sources[cut] != sources[None]
+        compile(sources[cut], f"hopper_loop with {cut}", "exec")
+    assert [row[0] for row in ablation.VARIANTS][::len(ablation.VARIANTS) - 1] == ["baseline", "baseline again"]
+    assert {row[1] for row in ablation.VARIANTS} == {None, *ablation.CUTS}
+    assert "--density: expected a share in (0, 1], got 0.0" in usage_error(
+        ablation.main, tmp_path, capsys, "--density", "0")
+    if not torch.cuda.is_available():
+        assert "needs an sm_90 GPU (H100 / H200)" in usage_error(ablation.main, tmp_path, capsys)
+    monkeypatch.setitem(ablation.CUTS, "no QK^T MMA", ("gone", "no such source\n", ""))
+    with pytest.raises(ValueError, match="cut 'no QK\\^T MMA': its source occurs 0 times"):
+        ablation.main(["--check"])
+
+
 # ---------------------------------------------------------------- bench_kernels.py
 
 @pytest.mark.parametrize("args, message", [
