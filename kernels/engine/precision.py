@@ -52,7 +52,7 @@ __all__ = ["PRECISIONS", "KERNEL_PRECISIONS", "QUANTIZED_PRECISIONS", "METHODS",
 
 PRECISIONS = ("auto", "bf16", "int8", "fp8")   # what a kernel call may name
 KERNEL_PRECISIONS = ("bf16", "int8", "fp8")    # what runs (and what a reference takes)
-QUANTIZED_PRECISIONS = ("int8", "fp8")         # the portable kernel's QUANTIZED variant (engine.quantize)
+QUANTIZED_PRECISIONS = ("int8", "fp8")         # the engine kernels' QUANTIZED variants (engine.quantize)
 METHODS = ("sol", "psa")                       # the rows of a capability in AUTO_PRECISION
 FP8_MIN_CAPABILITY = (8, 9)                    # the first architecture with fp8 tensor cores (Ada)
 

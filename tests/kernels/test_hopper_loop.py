@@ -66,7 +66,7 @@ def test_the_calls_it_leaves_to_the_portable_loop(compiled):
     tiny = block_layout((4, 6, 10), (2, 3, 5))                                 # 30-token tiles
     q, k, v = qkv(4 * 6 * 10)
     assert not ws_supported(q, k, v, tiny, 32, tma_sub_frames(tiny.tile), 3, pooled=False)
-    q, k, v = qkv(L)                                                           # a quantized pooled term on 128-row tiles
+    q, k, v = qkv(L)                                         # a quantized pooled term on 128-row tiles
     assert not ws_supported(q, k, v, psa, 128, frames, 3, pooled=True, quantized=True)
 
 
