@@ -30,26 +30,37 @@ LOOP_SOURCE = os.path.join(REPO, "kernels", "engine", "hopper_loop.py")
 GRID = (21, 45, 80)
 HEADS = 40
 
-# name: (what is cut, the source it replaces, its replacement); one occurrence each.
-CUTS = {
-    "no QK^T MMA": ("the scores are zeros: no QKᵀ wgmma and no wait on it", """\
+# (source, replacement) pairs; each source occurs once in the loop.
+_QK_MMA = ("""\
     s = warpgroup_mma(q_op, k_buf.permute((1, 0)), _no_scores(k_buf, me), use_acc=False, is_async=True)
     s, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_op, k_buf))
-""", "    s = _no_scores(k_buf, me)\n"),
-    "no exp2 of P": ("P is s - m instead of exp2(s - m) (the row max, sums and rescale stay)",
-                     "    p = gl.exp2(s - m_new[:, None])\n", "    p = s - m_new[:, None]\n"),
-    "no softmax": ("P is the scores: no row max, exp2, sums or rescale", """\
+""", "    s = _no_scores(k_buf, me)\n")
+_EXP2 = ("    p = gl.exp2(s - m_new[:, None])\n", "    p = s - m_new[:, None]\n")
+_SOFTMAX = ("""\
     m_new = gl.maximum(m_i, gl.max(s, 1))
     alpha = gl.exp2(m_i - m_new)
     p = gl.exp2(s - m_new[:, None])
     l_i = l_i * alpha + gl.sum(p, 1)
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, me.acc_layout))[:, None]
     return m_new, l_i, acc, p
-""", "    return m_i, l_i, acc, s\n"),
-    "no P.V MMA": ("no P·V wgmma and no wait on it", """\
+""", "    return m_i, l_i, acc, s\n")
+_PV_MMA = ("""\
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
-""", ""),
+""", "")
+_KEY_BITS = ("            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n)\n",
+             "            bias = zero_bias\n")
+
+# name: (what is cut, its (source, replacement) pairs).
+CUTS = {
+    "no QK^T MMA": ("the scores are zeros: no QKᵀ wgmma and no wait on it", [_QK_MMA]),
+    "no exp2 of P": ("P is s - m instead of exp2(s - m) (the row max, sums and rescale stay)", [_EXP2]),
+    "no softmax": ("P is the scores: no row max, exp2, sums or rescale", [_SOFTMAX]),
+    "no P.V MMA": ("no P·V wgmma and no wait on it", [_PV_MMA]),
+    "no MMAs": ("neither wgmma nor the waits on them (the softmax stays)", [_QK_MMA, _PV_MMA]),
+    "no compute": ("neither wgmma nor the softmax: the producer's copies and the ring's barriers",
+                   [_QK_MMA, _SOFTMAX, _PV_MMA]),
+    "no key-bits bias": ("the exact steps' bias is zero: no loads of the blocks' key bits", [_KEY_BITS]),
 }
 # (row name, cut or None, precision): the baseline first and last.
 VARIANTS = (("baseline", None, "bf16"), ("int8", None, "int8"),
@@ -61,10 +72,11 @@ def cut_source(cut):
     src = open(LOOP_SOURCE, encoding="utf-8").read()
     if cut is None:
         return src
-    _, old, new = CUTS[cut]
-    if src.count(old) != 1:
-        raise ValueError(f"cut {cut!r}: its source occurs {src.count(old)} times in {LOOP_SOURCE}, expected once")
-    return src.replace(old, new)
+    for old, new in CUTS[cut][1]:
+        if src.count(old) != 1:
+            raise ValueError(f"cut {cut!r}: its source occurs {src.count(old)} times in {LOOP_SOURCE}, expected once")
+        src = src.replace(old, new)
+    return src
 
 
 def time_variant(source_path, precision, density, rep_ms):

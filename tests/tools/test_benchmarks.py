@@ -78,7 +78,7 @@ def test_hopper_step_ablation_cuts_apply_to_the_loop_and_it_needs_hopper_to_time
         ablation.main, tmp_path, capsys, "--density", "0")
     if not torch.cuda.is_available():
         assert "needs an sm_90 GPU (H100 / H200)" in usage_error(ablation.main, tmp_path, capsys)
-    monkeypatch.setitem(ablation.CUTS, "no QK^T MMA", ("gone", "no such source\n", ""))
+    monkeypatch.setitem(ablation.CUTS, "no QK^T MMA", ("gone", [("no such source\n", "")]))
     with pytest.raises(ValueError, match="cut 'no QK\\^T MMA': its source occurs 0 times"):
         ablation.main(["--check"])
 
