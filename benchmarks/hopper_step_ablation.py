@@ -1,9 +1,9 @@
 """Where a step of Sol's Hopper loop spends its time: the engine fed one routed mask with its
 pooled term (Wan 720p, 40 heads, d 128, video-like inputs), timed with parts of the
-consumers' step cut out of ``kernels/engine/hopper_loop.py``, each variant built and timed in
-a process of its own. A cut variant's output is wrong by design; its time says what the step
-costs without that part. The baseline runs first and last, so that a drift of the GPU's clock
-between processes shows.
+consumers' step or of the producer's copies cut out of ``kernels/engine/hopper_loop.py``,
+each variant built and timed in a process of its own. A cut variant's output is wrong by
+design; its time says what the step costs without that part. The baseline runs first and
+last, so that a drift of the GPU's clock between processes shows.
 
     python3 benchmarks/hopper_step_ablation.py --out benchmarks/results/hopper_step_ablation_h100.json
 
@@ -50,6 +50,23 @@ _PV_MMA = ("""\
 """, "")
 _KEY_BITS = ("            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n)\n",
              "            bias = zero_bias\n")
+_COPIES = ("""\
+    mbarrier.expect(ring.k_ready.index(slot), 2 * K_CHUNKS * call.k_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk0, k_slots, k_slot, 0, ring.k_ready.index(slot))
+    _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk1, k_slots, k_slot, 1, ring.k_ready.index(slot))
+    mbarrier.expect(ring.v_ready.index(slot), 2 * V_CHUNKS * call.v_grid.block_type.nbytes)
+    _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk0, ring.v_ring, slot, 0, ring.v_ready.index(slot))
+    _copy_block_half(call, shape, call.v_grid, call.v_seq, v_at, blk1, ring.v_ring, slot, 1, ring.v_ready.index(slot))
+""", """\
+    mbarrier.arrive(ring.k_ready.index(slot), count=1)
+    mbarrier.arrive(ring.v_ready.index(slot), count=1)
+""")
+_HALF_WIDTH = [("    for chunk in gl.static_range(CHUNKS):\n", "    for chunk in gl.static_range(1):\n"),
+               ("    K_CHUNKS: gl.constexpr = shape.HEAD_DIM // call.k_grid.block_type.shape[4]\n",
+                "    K_CHUNKS: gl.constexpr = 1\n"),
+               ("    V_CHUNKS: gl.constexpr = shape.HEAD_DIM // call.v_grid.block_type.shape[4]\n",
+                "    V_CHUNKS: gl.constexpr = 1\n")]
+_NO_COMPUTE = [_QK_MMA, _SOFTMAX, _PV_MMA]
 
 # name: (what is cut, its (source, replacement) pairs).
 CUTS = {
@@ -59,8 +76,14 @@ CUTS = {
     "no P.V MMA": ("no P·V wgmma and no wait on it", [_PV_MMA]),
     "no MMAs": ("neither wgmma nor the waits on them (the softmax stays)", [_QK_MMA, _PV_MMA]),
     "no compute": ("neither wgmma nor the softmax: the producer's copies and the ring's barriers",
-                   [_QK_MMA, _SOFTMAX, _PV_MMA]),
+                   _NO_COMPUTE),
     "no key-bits bias": ("the exact steps' bias is zero: no loads of the blocks' key bits", [_KEY_BITS]),
+    "no exact copies": ("the producer marks the exact steps' slots ready without copying into them (the "
+                        "pooled chunks are copied)", [_COPIES]),
+    "half-width copies": ("each half-slot copy moves one of its two 128-byte column chunks", _HALF_WIDTH),
+    "no compute, no exact copies": ("the ring's barriers and the pooled chunks' copies", [*_NO_COMPUTE, _COPIES]),
+    "no compute, half-width copies": ("the ring's barriers and half the exact steps' bytes",
+                                      [*_NO_COMPUTE, *_HALF_WIDTH]),
 }
 # (row name, cut or None, precision): the baseline first and last.
 VARIANTS = (("baseline", None, "bf16"), ("int8", None, "int8"),
