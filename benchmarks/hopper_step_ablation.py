@@ -1,11 +1,15 @@
-"""Where a step of Sol's Hopper loop spends its time: the engine fed one routed mask with its
-pooled term (Wan 720p, 40 heads, d 128, video-like inputs), timed with parts of the
-consumers' step or of the producer's copies cut out of ``kernels/engine/hopper_loop.py``,
-each variant built and timed in a process of its own. A cut variant's output is wrong by
-design; its time says what the step costs without that part. The baseline runs first and
-last, so that a drift of the GPU's clock between processes shows.
+"""Where a step of the Hopper loop spends its time: the engine fed one mask (Sol's routed mask
+with its pooled term, or with ``--method psa`` a PSA stripe mask; Wan 720p, 40 heads, d 128,
+video-like inputs), timed with parts of the consumers' step or of the producer's copies cut
+out of ``kernels/engine/hopper_loop.py``, each variant built and timed in a process of its
+own. A cut variant's output is wrong by design; its time says what the step costs without
+that part. The baseline runs first and last, so that a drift of the GPU's clock between
+processes shows.
 
     python3 benchmarks/hopper_step_ablation.py --out benchmarks/results/hopper_step_ablation_h100.json
+    python3 benchmarks/hopper_step_ablation.py --method psa --out benchmarks/results/hopper_step_ablation_psa_h100.json
+
+``--steps`` counts the launch's programs and ring steps per program on the CPU.
 
 Needs an sm_90 GPU and a Triton that builds the Hopper loop. ``--check`` only checks that
 every cut still applies to the loop's source (the CPU tests run it).
@@ -85,26 +89,66 @@ CUTS = {
     "no compute, half-width copies": ("the ring's barriers and half the exact steps' bytes",
                                       [*_NO_COMPUTE, *_HALF_WIDTH]),
 }
-# (row name, cut or None, precision): the baseline first and last.
-VARIANTS = (("baseline", None, "bf16"), ("int8", None, "int8"),
-            *((name, name, "bf16") for name in CUTS), ("baseline again", None, "bf16"))
+# PSA's consumers take turns (``_attend_in_turn``): a turn issues the previous tile's P·V and
+# this tile's QKᵀ, and one wait covers both.
+_TURN_PV = ("    acc = warpgroup_mma(p_prev, v_prev, acc, is_async=True)\n    k_buf = ring.k_ring.index(slot)\n",
+            "    k_buf = ring.k_ring.index(slot)\n")
+_TURN_QK = ("    s = warpgroup_mma(q_smem, k_buf.permute((1, 0)), _no_scores(k_buf, me), use_acc=False, is_async=True)\n",
+            "    s = _no_scores(k_buf, me)\n")
+_TURN_WAIT = "    acc, s, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s, q_smem, k_buf, v_prev))\n"
+_TURN_MMAS = [_TURN_PV, _TURN_QK, (_TURN_WAIT, "")]
+_BOX_COPY = ("""\
+    mbarrier.expect(bar, desc.block_type.nbytes)
+    dst = ring.index(slot)._reinterpret(desc.dtype, desc.block_type.shape, desc.layout)
+    tma.async_copy_global_to_shared(desc, coord, bar, dst)
+""", "    mbarrier.arrive(bar, count=1)\n")
+_HALVES_COPY = ("""\
+    mbarrier.expect(bar, CHUNKS * (desc.block_type.nbytes + second_desc.block_type.nbytes))
+    _copy_half(desc, coord, ring_buf, slot, 0, bar)
+    _copy_half(second_desc, second_coord, ring_buf, slot, 1, bar)
+""", "    mbarrier.arrive(bar, count=1)\n")
+
+PSA_CUTS = {
+    "no QK^T MMA": ("the scores are zeros: no QKᵀ wgmma", [_TURN_QK, (_TURN_WAIT, """\
+    acc, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, q_smem, k_buf, v_prev))
+""")]),
+    "no P.V MMA": ("no P·V wgmma", [_TURN_PV, (_TURN_WAIT, """\
+    s, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(s, q_smem, k_buf, v_prev))
+""")]),
+    "no MMAs": ("neither wgmma nor the wait on them (the softmax stays)", _TURN_MMAS),
+    "no softmax": CUTS["no softmax"],
+    "no compute": ("neither wgmma nor the softmax: the producer's copies and the ring's barriers",
+                   [*_TURN_MMAS, _SOFTMAX]),
+    "no copies": ("the producer marks every slot ready without copying into it", [_BOX_COPY, _HALVES_COPY]),
+    "no compute, no copies": ("the ring's barriers and the turns (the compiler drops the unread ring: more "
+                              "programs fit an SM)", [*_TURN_MMAS, _SOFTMAX, _BOX_COPY, _HALVES_COPY]),
+}
+METHOD_CUTS = {"sol": CUTS, "psa": PSA_CUTS}
+PSA_TILE = (3, 8, 16)  # the Wan 720p preset's tile
 
 
-def cut_source(cut):
-    """hopper_loop.py's source with ``cut`` (a key of CUTS, or None) applied."""
+def variants(method):
+    """(row name, cut or None, precision) of ``method``'s run: the baseline first and last."""
+    return (("baseline", None, "bf16"), ("int8", None, "int8"),
+            *((name, name, "bf16") for name in METHOD_CUTS[method]), ("baseline again", None, "bf16"))
+
+
+def cut_source(cut, method="sol"):
+    """hopper_loop.py's source with ``cut`` (a key of ``method``'s cuts, or None) applied."""
     src = open(LOOP_SOURCE, encoding="utf-8").read()
     if cut is None:
         return src
-    for old, new in CUTS[cut][1]:
+    for old, new in METHOD_CUTS[method][cut][1]:
         if src.count(old) != 1:
             raise ValueError(f"cut {cut!r}: its source occurs {src.count(old)} times in {LOOP_SOURCE}, expected once")
         src = src.replace(old, new)
     return src
 
 
-def time_variant(source_path, precision, density, rep_ms):
-    """Child process: load ``source_path`` as the Hopper loop, time the engine on the routed
-    mask with its pooled term in ``precision``; print one JSON line."""
+def time_variant(source_path, method, precision, density, rep_ms):
+    """Child process: load ``source_path`` as the Hopper loop, time the engine in ``precision``
+    on Sol's routed mask with its pooled term, or on PSA's stripe mask (``bench_kernels``'
+    heads of about ``density``); print one JSON line."""
     import importlib.util
 
     import torch
@@ -122,8 +166,15 @@ def time_variant(source_path, precision, density, rep_ms):
     real = loop.ws_block_sparse_attention
     loop.ws_block_sparse_attention = lambda *a, **kw: runs.append(1) or real(*a, **kw)
     q, k, v = video_like_qkv(GRID, HEADS, 128, seed=GRID[0] * GRID[1] * GRID[2])
-    _, routing, scale = sol_pieces(q, k, v, kernels.beta_for_density(density), GRID, None)
-    mask, pooled = routing()
+    if method == "sol":
+        _, routing, scale = sol_pieces(q, k, v, kernels.beta_for_density(density), GRID, None)
+        mask, pooled = routing()
+    else:
+        from benchmarks.bench_kernels import psa_params_for_density
+        from kernels.psa_mask import psa_kernel_mask
+
+        params, _ = psa_params_for_density(GRID, PSA_TILE, HEADS, density)
+        mask, pooled, scale = psa_kernel_mask(GRID, params, PSA_TILE, 0, q.device), None, 128 ** -0.5
     config = ARCHITECTURES[(9, 0)]
 
     def call():
@@ -134,18 +185,75 @@ def time_variant(source_path, precision, density, rep_ms):
     print(json.dumps(dict(ms=bench_ms(call, rep_ms), ran_hopper_loop=bool(runs))))
 
 
+def ring_steps(method, density, grid=GRID, heads=HEADS):
+    """(programs, mean ring steps per program) of ``method``'s Hopper-loop launch on the mask
+    this tool times, counted on the CPU from the masks' rules: a Sol program walks its pair
+    stream (two routed key blocks a step: those both items routed, then each item's own) after
+    its pooled chunks; a PSA program (128 rows of a query tile) walks each listed block a frame
+    a step, or in the edge cover's steps in the last block row. Sol's inputs are the
+    video-like ones on the CPU (``benchmarks.workload``), statistically the GPU's."""
+    import torch
+
+    import kernels
+    from benchmarks.bench_kernels import psa_params_for_density
+    from benchmarks.workload import video_qkv
+    from kernels.engine.hopper_loop import cover_steps, edge_cover_rows
+    from kernels.psa_mask import psa_kernel_mask
+    from kernels.sol_reference import sol_block_selection
+    from kernels.sol_rules import sol_layout
+
+    if method == "psa":
+        params, _ = psa_params_for_density(grid, PSA_TILE, heads, density)
+        mask = psa_kernel_mask(grid, params, PSA_TILE, 0, "cpu")
+        lay = mask.layout
+        frames, rows, cols = lay.block_grid
+        edge = edge_cover_rows(lay, 1)
+        last_row = (torch.arange(lay.n_blocks) % (rows * cols)) // cols == rows - 1
+        per_block = torch.where(last_row, cover_steps(lay.tile[0], lay.tile[1], edge) if edge else lay.tile[0],
+                                lay.tile[0]).float()
+        tiles = -(-lay.block_tokens // 128)
+        return lay.n_blocks * tiles * heads, (mask.to_dense()[0].float() @ per_block).mean().item()
+    q, k, v, _ = video_qkv(grid, heads, 128, seed=grid[0] * grid[1] * grid[2])
+    selected = sol_block_selection(q, k, v, beta=kernels.beta_for_density(density), grid=grid)[0]
+    lay = sol_layout(q.shape[1], grid)
+    steps = sol_stream_steps(selected, lay) + -(-lay.n_blocks // 128)  # the pooled chunks first
+    return steps.numel(), steps.float().mean().item()
+
+
+def sol_stream_steps(selected, layout):
+    """Steps of each Sol pair stream (heads, pairs) of a selection (heads, N, N): the blocks
+    both items routed two a step, then each item's own two a step (``pair_streams``' rule)."""
+    import torch
+
+    from kernels.engine.pair_streams import pair_partners
+
+    pairs = pair_partners(layout)
+    first = selected[:, pairs[:, 0]]
+    second = torch.where((pairs[:, 1] >= 0)[None, :, None], selected[:, pairs[:, 1].clamp_min(0)], False)
+    return sum((n + 1) // 2 for n in ((first & second).sum(-1), (first & ~second).sum(-1), (second & ~first).sum(-1)))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", help="results file (JSON)")
-    ap.add_argument("--density", type=float, default=0.15, help="target density of the routed mask")
+    ap.add_argument("--method", choices=sorted(METHOD_CUTS), default="sol", help="whose loop: Sol's pair streams "
+                    "(64-row items) or PSA's shared tiles (128 rows, turns)")
+    ap.add_argument("--density", type=float, default=0.15, help="target density of the mask")
     ap.add_argument("--rep-ms", type=int, default=200, help="triton.testing.do_bench's rep per variant")
     ap.add_argument("--check", action="store_true", help="only check that every cut applies to the source")
+    ap.add_argument("--steps", action="store_true", help="only count the launch's programs and ring steps "
+                    "(on the CPU, from the masks)")
     args = ap.parse_args(argv)
     if not 0 < args.density <= 1:
         ap.error(f"--density: expected a share in (0, 1], got {args.density}")
-    sources = {cut: cut_source(cut) for cut in (None, *CUTS)}
+    cuts = METHOD_CUTS[args.method]
+    sources = {cut: cut_source(cut, args.method) for cut in (None, *cuts)}
+    if args.steps:
+        programs, steps = ring_steps(args.method, args.density)
+        print(f"{args.method} at density {args.density}: {programs} programs, {steps:.1f} ring steps each")
+        return programs, steps
     if args.check:
-        print(f"{len(CUTS)} cuts apply to {os.path.relpath(LOOP_SOURCE, REPO)}")
+        print(f"{len(cuts)} {args.method} cuts apply to {os.path.relpath(LOOP_SOURCE, REPO)}")
         return sources
     import torch
 
@@ -154,12 +262,13 @@ def main(argv=None):
     if not args.out:
         ap.error("--out: the results file is required")
     rows = []
-    for name, cut, precision in VARIANTS:
+    for name, cut, precision in variants(args.method):
         with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
             f.write(sources[cut])
         try:
             child = (f"import sys; sys.path.insert(0, {REPO!r}); from benchmarks.hopper_step_ablation import "
-                     f"time_variant; time_variant({f.name!r}, {precision!r}, {args.density!r}, {args.rep_ms!r})")
+                     f"time_variant; time_variant({f.name!r}, {args.method!r}, {precision!r}, {args.density!r}, "
+                     f"{args.rep_ms!r})")
             done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=300,
                                   cwd=REPO)
         finally:
@@ -167,7 +276,7 @@ def main(argv=None):
         last = (done.stdout.strip().splitlines() or [""])[-1]
         if done.returncode != 0 or not last.startswith("{"):
             raise RuntimeError(f"variant {name!r} failed:\n{done.stderr[-2000:]}")
-        row = dict(variant=name, precision=precision, cut=CUTS[cut][0] if cut else None, **json.loads(last))
+        row = dict(variant=name, precision=precision, cut=cuts[cut][0] if cut else None, **json.loads(last))
         rows.append(row)
         print(f"{name:24s} {precision:5s} {row['ms']:8.2f} ms", flush=True)
     import triton
@@ -176,8 +285,10 @@ def main(argv=None):
         command="python3 benchmarks/hopper_step_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         started=datetime.datetime.now().isoformat(timespec="seconds"), device=torch.cuda.get_device_name(),
         torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
-        shape=dict(grid=list(GRID), heads=HEADS, head_dim=128, inputs="video-like"), density=args.density,
-        timed="the engine on the routed mask with its pooled term (no routing, no pooling pass)", rows=rows))
+        shape=dict(grid=list(GRID), heads=HEADS, head_dim=128, inputs="video-like"), method=args.method,
+        density=args.density,
+        timed=("the engine on the routed mask with its pooled term (no routing, no pooling pass)" if args.method == "sol"
+               else f"the engine on a stripe mask of tile {list(PSA_TILE)} (bench_kernels' PSA heads)"), rows=rows))
     return rows
 
 

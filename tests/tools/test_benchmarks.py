@@ -67,13 +67,15 @@ def test_hopper_step_ablation_cuts_apply_to_the_loop_and_it_needs_hopper_to_time
     cut whose source has gone away is an error that names it."""
     from benchmarks import hopper_step_ablation as ablation
 
-    sources = ablation.main(["--check"])
-    assert set(sources) == {None, *ablation.CUTS}
-    for cut in ablation.CUTS:
-        assert sources[cut] != sources[None]
-        compile(sources[cut], f"hopper_loop with {cut}", "exec")
-    assert [row[0] for row in ablation.VARIANTS][::len(ablation.VARIANTS) - 1] == ["baseline", "baseline again"]
-    assert {row[1] for row in ablation.VARIANTS} == {None, *ablation.CUTS}
+    for method, cuts in ablation.METHOD_CUTS.items():
+        sources = ablation.main(["--check", "--method", method])
+        assert set(sources) == {None, *cuts}
+        for cut in cuts:
+            assert sources[cut] != sources[None]
+            compile(sources[cut], f"hopper_loop with {method}'s {cut}", "exec")
+        rows = ablation.variants(method)
+        assert [row[0] for row in rows][::len(rows) - 1] == ["baseline", "baseline again"]
+        assert {row[1] for row in rows} == {None, *cuts}
     assert "--density: expected a share in (0, 1], got 0.0" in usage_error(
         ablation.main, tmp_path, capsys, "--density", "0")
     if not torch.cuda.is_available():
@@ -81,6 +83,35 @@ def test_hopper_step_ablation_cuts_apply_to_the_loop_and_it_needs_hopper_to_time
     monkeypatch.setitem(ablation.CUTS, "no QK^T MMA", ("gone", [("no such source\n", "")]))
     with pytest.raises(ValueError, match="cut 'no QK\\^T MMA': its source occurs 0 times"):
         ablation.main(["--check"])
+
+
+def test_hopper_step_ablation_counts_the_loops_ring_steps():
+    """``--steps`` counts what the loop walks: Sol's streams as the pair-stream kernel builds
+    them (through the interpreter), PSA's listed blocks a frame a step (no edge cover on a grid
+    of whole tiles)."""
+    from benchmarks import hopper_step_ablation as ablation
+    from benchmarks.bench_kernels import psa_params_for_density
+    from benchmarks.workload import video_qkv
+    from kernels.block_mask import mask_from_dense
+    from kernels.engine.pair_streams import pair_streams
+    from kernels.psa_mask import psa_kernel_mask
+    from kernels.sol_reference import sol_block_selection
+    from kernels.sol_rules import sol_layout
+
+    grid = (5, 16, 16)  # an odd frame of blocks: query blocks without a partner
+    q, k, v, _ = video_qkv(grid, 2, 64, seed=3)
+    selected = sol_block_selection(q, k, v, beta=0.5, grid=grid)
+    lay = sol_layout(q.shape[1], grid)
+    streams = pair_streams(mask_from_dense(selected, lay))
+    counted = ablation.sol_stream_steps(selected[0], lay).reshape(-1)
+    assert sorted(counted.tolist()) == sorted(streams.counts[0, :, 0].tolist())
+
+    grid = (6, 16, 32)
+    programs, steps = ablation.ring_steps("psa", 0.3, grid=grid, heads=2)
+    params, _ = psa_params_for_density(grid, ablation.PSA_TILE, 2, 0.3)
+    mask = psa_kernel_mask(grid, params, ablation.PSA_TILE, 0, "cpu")
+    assert programs == mask.layout.n_blocks * 3 * 2  # 384-token tiles in three 128-row programs
+    assert steps == pytest.approx(3 * mask.counts[..., 0].float().mean().item())
 
 
 # ---------------------------------------------------------------- bench_kernels.py
