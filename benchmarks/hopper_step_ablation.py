@@ -206,7 +206,7 @@ def ring_steps(method, density, grid=GRID, heads=HEADS):
         params, _ = psa_params_for_density(grid, PSA_TILE, heads, density)
         mask = psa_kernel_mask(grid, params, PSA_TILE, 0, "cpu")
         lay = mask.layout
-        frames, rows, cols = lay.block_grid
+        _, rows, cols = lay.block_grid
         edge = edge_cover_rows(lay, 1)
         last_row = (torch.arange(lay.n_blocks) % (rows * cols)) // cols == rows - 1
         per_block = torch.where(last_row, cover_steps(lay.tile[0], lay.tile[1], edge) if edge else lay.tile[0],

@@ -98,7 +98,7 @@ def test_hopper_step_ablation_counts_the_loops_ring_steps():
     from kernels.sol_reference import sol_block_selection
     from kernels.sol_rules import sol_layout
 
-    grid = (5, 16, 16)  # an odd frame of blocks: query blocks without a partner
+    grid = (5, 16, 16)  # five frames of blocks: the last has no partners
     q, k, v, _ = video_qkv(grid, 2, 64, seed=3)
     selected = sol_block_selection(q, k, v, beta=0.5, grid=grid)
     lay = sol_layout(q.shape[1], grid)
