@@ -574,14 +574,12 @@ def _producer(call, ring, shape):
 @aggregate
 class Consumer:
     """What every step of one consumer warpgroup shares: its index ``c`` (which turn barrier
-    it waits on, which bit of a Sol stream entry is its item's), whether it takes turns with
-    the other consumer (``PING_PONG``), the layouts of its scores (those the softmax reads,
-    and those of a QKᵀ on 8-bit codes with their accumulator type: int32 for int8, float32 for
-    fp8; one layout of registers, the wgmma's K step aside), accumulator and P operand, and the
-    softmax scale."""
+    it waits on, which bit of a Sol stream entry is its item's), the layouts of its scores
+    (those the softmax reads, and those of a QKᵀ on 8-bit codes with their accumulator type:
+    int32 for int8, float32 for fp8; one layout of registers, the wgmma's K step aside),
+    accumulator and P operand, and the softmax scale."""
 
     c: gl.constexpr
-    PING_PONG: gl.constexpr
     BLOCK_N: gl.constexpr
     s_layout: gl.constexpr
     code_layout: gl.constexpr
@@ -695,17 +693,6 @@ def _attend_in_turn(state, q_smem, ring, slot, phase, bias, scale, me):
     m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, scale, me)
     p_op = gl.convert_layout(p.to(v_prev.dtype), me.p_layout)
     return acc, m_i, l_i, p_op, slot, phase, turns >= 0, turns + 1
-
-
-@gluon.jit
-def _step(state, q_smem, ring, slot, phase, bias, scale, me):
-    """One key tile, its scores times ``scale``: in turn on a shared ring, else on the
-    consumer's own."""
-    if me.PING_PONG:
-        state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, scale, me)
-    else:
-        state = _attend(state, (q_smem, ring.k_ring.index(slot)), ring, slot, phase, bias, (scale, scale), me)
-    return state
 
 
 @gluon.jit
@@ -910,7 +897,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
 
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
-    me = Consumer(c=c, PING_PONG=shape.SHARED_LIST, BLOCK_N=BLOCK_N, s_layout=s_layout, code_layout=code_layout,
+    me = Consumer(c=c, BLOCK_N=BLOCK_N, s_layout=s_layout, code_layout=code_layout,
                   code_acc=gl.int32 if call.k_grid.dtype == gl.int8 else gl.float32, acc_layout=acc_layout,
                   p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
     state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
@@ -931,7 +918,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             bias = _pooled_bias(call, bits, chunk, offs_n, BLOCK_N)
             slot, phase = _ring_slot(shape, i)
             if shape.SHARED_LIST:
-                state = _step(state, q_smem, ring, slot, phase, bias, score_scale, me)
+                state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, score_scale, me)
             else:
                 state = _stream_step(state, (q_smem, ring.k_ring.index(slot)), ring, slot, phase, bias,
                                      (me.qk_scale_log2, me.qk_scale_log2), me, users)
@@ -958,7 +945,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
                 else:
                     bias = _grid_box_bias(call, _box_corner(blk, s, shape), box_t, box_h, box_w)
                 slot, phase = _ring_slot(shape, i)
-                state = _step(state, q_smem, ring, slot, phase, bias, block_scale, me)
+                state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, block_scale, me)
                 i += 1
     elif shape.SHARED_LIST:
         for t in range(n_grid * SUB):
@@ -970,7 +957,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
                 if shape.GRID_PADDED:
                     bias = _grid_box_bias(call, _box_corner(blk, t, shape), box_t, box_h, box_w)
             slot, phase = _ring_slot(shape, i)
-            state = _step(state, q_smem, ring, slot, phase, bias, block_scale, me)
+            state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, block_scale, me)
             i += 1
     else:
         # Sol: the pair stream's steps, a key block in each half of the slot (with quantized
@@ -998,7 +985,8 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             length = gl.load(call.LENGTHS + blk)
             bias = gl.where((t % XSUB) * BLOCK_N + offs_n < length, 0.0, float("-inf"))
             slot, phase = _ring_slot(shape, i)
-            state = _step(state, q_smem, ring, slot, phase, bias, _block_scale(shape, k_scales, blk, score_scale), me)
+            state = _attend_in_turn(state, q_smem, ring, slot, phase, bias,
+                                    _block_scale(shape, k_scales, blk, score_scale), me)
             i += 1
 
     if shape.SHARED_LIST:
