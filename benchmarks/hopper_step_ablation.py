@@ -33,6 +33,7 @@ from benchmarks.results_file import write_results  # noqa: E402
 LOOP_SOURCE = os.path.join(REPO, "kernels", "engine", "hopper_loop.py")
 GRID = (21, 45, 80)
 HEADS = 40
+HEAD_DIM = 128
 
 # (source, replacement) pairs; each source occurs once in the loop.
 _QK_MMA = ("""\
@@ -165,7 +166,7 @@ def time_variant(source_path, method, precision, density, rep_ms):
     runs = []
     real = loop.ws_block_sparse_attention
     loop.ws_block_sparse_attention = lambda *a, **kw: runs.append(1) or real(*a, **kw)
-    q, k, v = video_like_qkv(GRID, HEADS, 128, seed=GRID[0] * GRID[1] * GRID[2])
+    q, k, v = video_like_qkv(GRID, HEADS, HEAD_DIM, seed=GRID[0] * GRID[1] * GRID[2])
     if method == "sol":
         _, routing, scale = sol_pieces(q, k, v, kernels.beta_for_density(density), GRID, None)
         mask, pooled = routing()
@@ -174,7 +175,7 @@ def time_variant(source_path, method, precision, density, rep_ms):
         from kernels.psa_mask import psa_kernel_mask
 
         params, _ = psa_params_for_density(GRID, PSA_TILE, HEADS, density)
-        mask, pooled, scale = psa_kernel_mask(GRID, params, PSA_TILE, 0, q.device), None, 128 ** -0.5
+        mask, pooled, scale = psa_kernel_mask(GRID, params, PSA_TILE, 0, q.device), None, HEAD_DIM ** -0.5
     config = ARCHITECTURES[(9, 0)]
 
     def call():
@@ -213,7 +214,7 @@ def ring_steps(method, density, grid=GRID, heads=HEADS):
                                 lay.tile[0]).float()
         tiles = -(-lay.block_tokens // 128)
         return lay.n_blocks * tiles * heads, (mask.to_dense()[0].float() @ per_block).mean().item()
-    q, k, v, _ = video_qkv(grid, heads, 128, seed=grid[0] * grid[1] * grid[2])
+    q, k, v, _ = video_qkv(grid, heads, HEAD_DIM, seed=grid[0] * grid[1] * grid[2])
     selected = sol_block_selection(q, k, v, beta=kernels.beta_for_density(density), grid=grid)[0]
     lay = sol_layout(q.shape[1], grid)
     steps = sol_stream_steps(selected, lay) + -(-lay.n_blocks // 128)  # the pooled chunks first
@@ -285,7 +286,7 @@ def main(argv=None):
         command="python3 benchmarks/hopper_step_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         started=datetime.datetime.now().isoformat(timespec="seconds"), device=torch.cuda.get_device_name(),
         torch=torch.__version__, triton=triton.__version__, python=platform.python_version(),
-        shape=dict(grid=list(GRID), heads=HEADS, head_dim=128, inputs="video-like"), method=args.method,
+        shape=dict(grid=list(GRID), heads=HEADS, head_dim=HEAD_DIM, inputs="video-like"), method=args.method,
         density=args.density,
         timed=("the engine on the routed mask with its pooled term (no routing, no pooling pass)" if args.method == "sol"
                else f"the engine on a stripe mask of tile {list(PSA_TILE)} (bench_kernels' PSA heads)"), rows=rows))
