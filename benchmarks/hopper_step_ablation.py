@@ -53,7 +53,7 @@ _PV_MMA = ("""\
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
 """, "")
-_KEY_BITS = ("            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n)\n",
+_KEY_BITS = ("            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, False)\n",
              "            bias = zero_bias\n")
 _COPIES = ("""\
     mbarrier.expect(ring.k_ready.index(slot), 2 * K_CHUNKS * call.k_grid.block_type.nbytes)
@@ -189,8 +189,7 @@ def time_variant(source_path, method, precision, density, rep_ms):
 def ring_steps(method, density, grid=GRID, heads=HEADS):
     """(programs, mean ring steps per program) of ``method``'s Hopper-loop launch on the mask
     this tool times, counted on the CPU from the masks' rules: a Sol program walks its pair
-    stream (two routed key blocks a step: those both items routed, then each item's own) after
-    its pooled chunks; a PSA program (128 rows of a query tile) walks each listed block a frame
+    stream (``sol_stream_steps``) after its pooled chunks; a PSA program (128 rows of a query tile) walks each listed block a frame
     a step, or in the edge cover's steps in the last block row. Sol's inputs are the
     video-like ones on the CPU (``benchmarks.workload``), statistically the GPU's."""
     import torch
@@ -222,8 +221,9 @@ def ring_steps(method, density, grid=GRID, heads=HEADS):
 
 
 def sol_stream_steps(selected, layout):
-    """Steps of each Sol pair stream (heads, pairs) of a selection (heads, N, N): the blocks
-    both items routed two a step, then each item's own two a step (``pair_streams``' rule)."""
+    """Steps of each Sol pair stream (heads, pairs) of a selection (heads, N, N): of the whole
+    blocks, then of the blocks with padding keys, the blocks both items routed two a step,
+    then each item's own two a step (``pair_streams``' rule)."""
     import torch
 
     from kernels.engine.pair_streams import pair_partners
@@ -231,7 +231,10 @@ def sol_stream_steps(selected, layout):
     pairs = pair_partners(layout)
     first = selected[:, pairs[:, 0]]
     second = torch.where((pairs[:, 1] >= 0)[None, :, None], selected[:, pairs[:, 1].clamp_min(0)], False)
-    return sum((n + 1) // 2 for n in ((first & second).sum(-1), (first & ~second).sum(-1), (second & ~first).sum(-1)))
+    padded = (layout.lengths < layout.block_tokens).to(first.device)
+    return sum((n + 1) // 2 for part in (~padded, padded)
+               for n in ((first & second & part).sum(-1), (first & ~second & part).sum(-1),
+                         (second & ~first & part).sum(-1)))
 
 
 def main(argv=None):

@@ -764,14 +764,15 @@ def _last_pv_in_turn(state, ring, c: gl.constexpr):
 
 
 @gluon.jit
-def _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n):
+def _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, WHOLE: gl.constexpr):
     """The key bias of a Sol pair step, per slot column: 0, or -inf on the second half when it
-    is empty and on the padding keys of a block: a grid block's rows past the grid, an extra
-    block's past its length, read as 32-bit words of the block's key bits (``key_bits``) so
-    that one select and one shift per column do it."""
+    is empty and, unless the step holds whole blocks (``WHOLE``: the stream's first steps), on
+    the padding keys of a block: a grid block's rows past the grid, an extra block's past its
+    length, read as 32-bit words of the block's key bits (``key_bits``) so that one select and
+    one shift per column do it."""
     HALF: gl.constexpr = shape.BLOCK_N // 2
     second = offs_n >= HALF
-    if shape.GRID_PADDED or shape.HAS_EXTRA:
+    if (shape.GRID_PADDED or shape.HAS_EXTRA) and not WHOLE:
         high = (offs_n % HALF) >= 32
         words = call.KEY_BITS + 2 * blk0
         low0, high0 = gl.load(words), gl.load(words + 1)
@@ -966,11 +967,25 @@ def _consumer(call, ring, shape, c: gl.constexpr):
         if shape.QUANTIZED:
             q_codes, q_scale = _store_query_codes(call, ring, c, q_base, rows, rows_ok, offs_d)
             score_scale = q_scale * call.qk_scale_log2
+        # The steps of whole blocks come first (``pair_streams``): only the rest take the
+        # padding keys' bias.
+        n_whole = n_extra
         step_next = _step_blocks(ids, 0, n_grid)
-        for t in range(n_grid):
+        for t in range(n_whole):
             blk0, blk1, empty1, users = step_next
             step_next = _step_blocks(ids, t + 1, n_grid)
-            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n)
+            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, True)
+            slot, phase = _ring_slot(shape, i)
+            k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
+            scales = (score_scale, score_scale)
+            if shape.QUANTIZED:
+                scales = (score_scale * gl.load(k_scales + blk0), score_scale * gl.load(k_scales + blk1))
+            state = _stream_step(state, (q_codes, k_slots.index(k_slot)), ring, slot, phase, bias, scales, me, users)
+            i += 1
+        for t in range(n_whole, n_grid):
+            blk0, blk1, empty1, users = step_next
+            step_next = _step_blocks(ids, t + 1, n_grid)
+            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, False)
             slot, phase = _ring_slot(shape, i)
             k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
             scales = (score_scale, score_scale)

@@ -25,12 +25,16 @@ def routed_mask(layout, batch, heads, density, seed):
 
 
 def steps_reference(mask):
-    """Per (batch, program): the expected entries, from the dense map: the blocks both items
-    routed, two per step, then each item's own blocks two per step, the items alternating,
-    -1 in the empty half of a group's odd last step."""
+    """Per (batch, program): the expected entries and how many steps of whole blocks come
+    first, from the dense map: the steps of whole blocks, then those of blocks with padding
+    keys; in each part the blocks both items routed, two per step, then each item's own
+    blocks two per step, the items alternating, -1 in the empty half of a group's odd last
+    step."""
     selected = mask.to_dense()  # (B, Hg, N, N)
-    n = mask.layout.n_blocks
-    work = pair_work(mask.counts, mask.layout).long().reshape(-1, 2)
+    lay = mask.layout
+    n = lay.n_blocks
+    padded = lay.lengths.cpu() < lay.block_tokens
+    work = pair_work(mask.counts, lay).long().reshape(-1, 2)
     streams = []
     for b in range(selected.shape[0]):
         rows = []
@@ -43,9 +47,13 @@ def steps_reference(mask):
                 blocks += [-1] * (len(blocks) % 2)
                 return [blocks[i:i + 2] for i in range(0, len(blocks), 2)]
 
-            own0, own1 = steps(a & ~c, 1), steps(c & ~a, 2)
-            mixed = [s for pair in zip(own0, own1) for s in pair] + own0[len(own1):] + own1[len(own0):]
-            rows.append([e for step in steps(a & c, 3) + mixed for e in step])
+            def part(keep):
+                own0, own1 = steps(a & ~c & keep, 1), steps(c & ~a & keep, 2)
+                mixed = [s for pair in zip(own0, own1) for s in pair] + own0[len(own1):] + own1[len(own0):]
+                return steps(a & c & keep, 3) + mixed
+
+            whole = part(~padded)
+            rows.append(([e for step in whole + part(padded) for e in step], len(whole)))
         streams.append(rows)
     return streams
 
@@ -107,6 +115,7 @@ def test_heaviest_first_is_a_stable_sort_over_many_programs():
     ((5, 8, 16), (1, 8, 8), 0, 1, 2, 0.2),
     ((4, 6, 10), (2, 4, 8), 70, 2, 3, 0.3),
     ((2, 8, 72), (1, 8, 8), 0, 1, 1, 0.5),   # 18 blocks: the bitmap has a partial second word
+    ((5, 12, 24), (1, 8, 8), 0, 1, 2, 0.3),  # a grid cut in rows, as 720p's: whole blocks first
 ])
 def test_streams_hold_the_union_in_steps_of_one_user_set(grid, tile, extra, batch, heads, density):
     lay = block_layout(grid, tile, extra)
@@ -116,9 +125,9 @@ def test_streams_hold_the_union_in_steps_of_one_user_set(grid, tile, extra, batc
     want = steps_reference(mask)
     tags = 0
     for b in range(batch):
-        for p, entries in enumerate(want[b]):
-            n_steps, rest = streams.counts[b, p].tolist()
-            assert rest == 0 and 2 * n_steps == len(entries)
+        for p, (entries, n_whole) in enumerate(want[b]):
+            n_steps, whole_first = streams.counts[b, p].tolist()
+            assert whole_first == n_whole and 2 * n_steps == len(entries)
             assert streams.entries[b, p, :len(entries)].tolist() == entries
             tags += sum(bin(e % 4).count("1") for e in entries if e >= 0)
     # Every routed (query block, key block) pair is in exactly one stream, tagged for its item.
