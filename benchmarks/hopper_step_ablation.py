@@ -53,8 +53,8 @@ _PV_MMA = ("""\
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, v_buf))
 """, "")
-_KEY_BITS = ("            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, False)\n",
-             "            bias = zero_bias\n")
+_KEY_BITS = ("                bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, part == 0)\n",
+             "                bias = zero_bias\n")
 _COPIES = ("""\
     mbarrier.expect(ring.k_ready.index(slot), 2 * K_CHUNKS * call.k_grid.block_type.nbytes)
     _copy_block_half(call, shape, call.k_grid, call.k_seq, k_at, blk0, k_slots, k_slot, 0, ring.k_ready.index(slot))
@@ -189,9 +189,10 @@ def time_variant(source_path, method, precision, density, rep_ms):
 def ring_steps(method, density, grid=GRID, heads=HEADS):
     """(programs, mean ring steps per program) of ``method``'s Hopper-loop launch on the mask
     this tool times, counted on the CPU from the masks' rules: a Sol program walks its pair
-    stream (``sol_stream_steps``) after its pooled chunks; a PSA program (128 rows of a query tile) walks each listed block a frame
-    a step, or in the edge cover's steps in the last block row. Sol's inputs are the
-    video-like ones on the CPU (``benchmarks.workload``), statistically the GPU's."""
+    stream (``sol_stream_steps``) after its pooled chunks; a PSA program (128 rows of a query
+    tile) walks each listed block a frame a step, or in the edge cover's steps in the last
+    block row. Sol's inputs are the video-like ones on the CPU (``benchmarks.workload``),
+    statistically the GPU's."""
     import torch
 
     import kernels

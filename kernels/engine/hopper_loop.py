@@ -967,32 +967,23 @@ def _consumer(call, ring, shape, c: gl.constexpr):
         if shape.QUANTIZED:
             q_codes, q_scale = _store_query_codes(call, ring, c, q_base, rows, rows_ok, offs_d)
             score_scale = q_scale * call.qk_scale_log2
-        # The steps of whole blocks come first (``pair_streams``): only the rest take the
-        # padding keys' bias.
-        n_whole = n_extra
+        # The steps of whole blocks come first (``pair_streams``: the stream's second count),
+        # so only the rest take the padding keys' bias: one loop per part.
+        bounds = (0, n_extra, n_grid)
         step_next = _step_blocks(ids, 0, n_grid)
-        for t in range(n_whole):
-            blk0, blk1, empty1, users = step_next
-            step_next = _step_blocks(ids, t + 1, n_grid)
-            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, True)
-            slot, phase = _ring_slot(shape, i)
-            k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
-            scales = (score_scale, score_scale)
-            if shape.QUANTIZED:
-                scales = (score_scale * gl.load(k_scales + blk0), score_scale * gl.load(k_scales + blk1))
-            state = _stream_step(state, (q_codes, k_slots.index(k_slot)), ring, slot, phase, bias, scales, me, users)
-            i += 1
-        for t in range(n_whole, n_grid):
-            blk0, blk1, empty1, users = step_next
-            step_next = _step_blocks(ids, t + 1, n_grid)
-            bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, False)
-            slot, phase = _ring_slot(shape, i)
-            k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
-            scales = (score_scale, score_scale)
-            if shape.QUANTIZED:
-                scales = (score_scale * gl.load(k_scales + blk0), score_scale * gl.load(k_scales + blk1))
-            state = _stream_step(state, (q_codes, k_slots.index(k_slot)), ring, slot, phase, bias, scales, me, users)
-            i += 1
+        for part in gl.static_range(2):
+            for t in range(bounds[part], bounds[part + 1]):
+                blk0, blk1, empty1, users = step_next
+                step_next = _step_blocks(ids, t + 1, n_grid)
+                bias = _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, part == 0)
+                slot, phase = _ring_slot(shape, i)
+                k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
+                scales = (score_scale, score_scale)
+                if shape.QUANTIZED:
+                    scales = (score_scale * gl.load(k_scales + blk0), score_scale * gl.load(k_scales + blk1))
+                state = _stream_step(state, (q_codes, k_slots.index(k_slot)), ring, slot, phase, bias, scales, me,
+                                     users)
+                i += 1
     XSUB: gl.constexpr = (shape.BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     if shape.HAS_EXTRA and shape.SHARED_LIST:
         for t in range(n_extra * XSUB):
