@@ -227,12 +227,12 @@ def sol_stream_steps(selected, layout):
     then each item's own two a step (``pair_streams``' rule)."""
     import torch
 
-    from kernels.engine.pair_streams import pair_partners
+    from kernels.engine.pair_streams import padded_blocks, pair_partners
 
     pairs = pair_partners(layout)
     first = selected[:, pairs[:, 0]]
     second = torch.where((pairs[:, 1] >= 0)[None, :, None], selected[:, pairs[:, 1].clamp_min(0)], False)
-    padded = (layout.lengths < layout.block_tokens).to(first.device)
+    padded = padded_blocks(layout).to(first.device, torch.bool)
     return sum((n + 1) // 2 for part in (~padded, padded)
                for n in ((first & second & part).sum(-1), (first & ~second & part).sum(-1),
                          (second & ~first & part).sum(-1)))
