@@ -171,11 +171,7 @@ def time_variant(source_path, method, precision, density, rep_ms):
         _, routing, scale = sol_pieces(q, k, v, kernels.beta_for_density(density), GRID, None)
         mask, pooled = routing()
     else:
-        from benchmarks.bench_kernels import psa_params_for_density
-        from kernels.psa_mask import psa_kernel_mask
-
-        params, _ = psa_params_for_density(GRID, PSA_TILE, HEADS, density)
-        mask, pooled, scale = psa_kernel_mask(GRID, params, PSA_TILE, 0, q.device), None, HEAD_DIM ** -0.5
+        mask, pooled, scale = psa_mask(density, q.device), None, HEAD_DIM ** -0.5
     config = ARCHITECTURES[(9, 0)]
 
     def call():
@@ -184,6 +180,16 @@ def time_variant(source_path, method, precision, density, rep_ms):
     call()
     torch.cuda.synchronize()
     print(json.dumps(dict(ms=bench_ms(call, rep_ms), ran_hopper_loop=bool(runs))))
+
+
+def psa_mask(density, device, grid=GRID, heads=HEADS):
+    """The PSA stripe mask this tool times: ``bench_kernels``' heads of about ``density`` on
+    the Wan 720p preset's tile."""
+    from benchmarks.bench_kernels import psa_params_for_density
+    from kernels.psa_mask import psa_kernel_mask
+
+    params, _ = psa_params_for_density(grid, PSA_TILE, heads, density)
+    return psa_kernel_mask(grid, params, PSA_TILE, 0, device)
 
 
 def ring_steps(method, density, grid=GRID, heads=HEADS):
@@ -196,16 +202,13 @@ def ring_steps(method, density, grid=GRID, heads=HEADS):
     import torch
 
     import kernels
-    from benchmarks.bench_kernels import psa_params_for_density
     from benchmarks.workload import video_qkv
     from kernels.engine.hopper_loop import cover_steps, edge_cover_rows
-    from kernels.psa_mask import psa_kernel_mask
     from kernels.sol_reference import sol_block_selection
     from kernels.sol_rules import sol_layout
 
     if method == "psa":
-        params, _ = psa_params_for_density(grid, PSA_TILE, heads, density)
-        mask = psa_kernel_mask(grid, params, PSA_TILE, 0, "cpu")
+        mask = psa_mask(density, "cpu", grid, heads)
         lay = mask.layout
         _, rows, cols = lay.block_grid
         edge = edge_cover_rows(lay, 1)
