@@ -2,16 +2,17 @@
 
 The stripe masks give a reused ``BlockMask`` (``psa_mask.psa_kernel_mask``, cached); the
 engine runs it for every head at once. With quantized (int8, fp8) exact blocks (``precision``)
-the engine quantizes the keys of the heads it runs (``engine.quantize``): their codes are scratch, so the
-heads then run in groups whose codes stay within the engine's scratch budget
-(``engine.head_groups``), each group its own launch over its heads' part of the mask.
+the engine quantizes the keys of the heads it runs (``engine.quantize``): the heads then run in
+groups, in head order, each its own launch over its heads' part of the mask, whose codes lie
+in the output's heads after the group's (not yet written) where they fit there, else in scratch
+within the engine's budget (``engine.head_groups``).
 """
 from __future__ import annotations
 
 import torch
 
 from ._checks import check_qkv, resolve_scale, unit_stride_last_dim
-from .engine import block_sparse_attention, head_groups
+from .engine import block_sparse_attention, code_bytes_per_head, head_groups
 from .engine.launch_config import config_for_device
 from .engine.precision import QUANTIZED_PRECISIONS, resolve_precision
 from .engine.quantize import quantized_key_bytes
@@ -44,9 +45,10 @@ def psa_attention(q, k, v, *, grid, params, tile, extra_tokens=0, scale=None, co
     if precision not in QUANTIZED_PRECISIONS:
         return block_sparse_attention(q, k, v, mask, scale=scale, config=config, precision=precision)
     out = torch.empty(q.shape, device=q.device, dtype=q.dtype)
-    # The reused mask's work form is kept with it, not per call: the codes are the scratch.
+    # The reused mask's work form is kept with it, not per call: the quantized keys are the scratch.
     per_head = B * quantized_key_bytes(mask.layout, D, q.element_size(), pooled=False)
-    for h0, h1 in head_groups(H, per_head, out.numel() * out.element_size()):
+    codes = B * code_bytes_per_head(mask.layout, D, precision)
+    for h0, h1, codes_in_output in head_groups(H, per_head, out.numel() * out.element_size(), codes):
         block_sparse_attention(q, k, v, mask.heads(h0, h1), scale=scale, out=out, head_base=h0, config=config,
-                               precision=precision)
+                               precision=precision, codes_in_output=codes_in_output)
     return out

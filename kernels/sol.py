@@ -6,7 +6,8 @@ then the block mask), then the engine (``engine``) lowers the mask for its backe
 those heads of the output in place, pooled term first. Heads run in groups
 (``engine.head_groups``) so that the per-call scratch (pooled means, the mask, the engine's
 work form of it and, with quantized (int8, fp8) exact blocks, the quantized keys:
-``engine.work_bytes_per_head``) stays within ``engine.SCRATCH_SHARE`` of the output's size; no
+``engine.work_bytes_per_head``) stays within ``engine.SCRATCH_SHARE`` of the output's size (the
+key codes in the output's unwritten heads where they fit: the groups run in head order); no
 step reads anything back to the host, so the call never synchronises the device and can be
 captured in a CUDA graph. With quantized exact blocks the pooling pass also gives the keys'
 smoothing mean (``engine.quantize``), and the engine quantizes the group's keys.
@@ -16,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from ._checks import unit_stride_last_dim
-from .engine import block_sparse_attention, head_groups, work_bytes_per_head
+from .engine import block_sparse_attention, code_bytes_per_head, head_groups, work_bytes_per_head
 from .engine.launch_config import config_for_device
 from .engine.precision import QUANTIZED_PRECISIONS, resolve_precision
 from .sol_gpu_routing import pool_blocks, pooled_term, route, routing_bytes_per_head
@@ -52,11 +53,12 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     pooling, routing = routing_bytes_per_head(layout, D, q.element_size(), key_mean=quantized)
     work = work_bytes_per_head(q, k, v, layout, pooled=True, config=config, precision=precision)
     per_head = B * max(pooling, routing + work)
+    codes = B * code_bytes_per_head(layout, D, precision)
     exact_blocks = []
-    for h0, h1 in head_groups(H, per_head, out.numel() * out.element_size()):
+    for h0, h1, codes_in_output in head_groups(H, per_head, out.numel() * out.element_size(), codes):
         # One group's scratch is freed before the next group's is allocated.
         counts = _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, estimator=estimator, scale=scale,
-                            config=config, precision=precision)
+                            config=config, precision=precision, codes_in_output=codes_in_output)
         if return_stats:
             exact_blocks.append(counts.sum(-1))
     if return_stats:
@@ -65,13 +67,15 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     return out
 
 
-def _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, *, estimator, scale, config, precision):
-    """Heads h0 .. h1 of the output; returns their exact-block counts (B, h1 - h0, N, 2)."""
+def _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, *, estimator, scale, config, precision,
+               codes_in_output):
+    """Heads h0 .. h1 of the output (quantized keys' codes in its heads from h1 on with
+    ``codes_in_output``); returns their exact-block counts (B, h1 - h0, N, 2)."""
     quantized = precision in QUANTIZED_PRECISIONS
     q_mean, k_mean, v_mean, *key_mean = pool_blocks(q, k, v, layout, h0, h1 - h0, key_mean=quantized)
     mask = route(q_mean, k_mean, beta[h0:h1], forced, layout, estimator=estimator, scale=scale)
     del q_mean
     block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=h0, config=config,
                            pooled=pooled_term(k_mean, v_mean, layout), precision=precision,
-                           key_mean=key_mean[0] if key_mean else None)
+                           key_mean=key_mean[0] if key_mean else None, codes_in_output=codes_in_output)
     return mask.counts

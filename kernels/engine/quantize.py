@@ -55,7 +55,8 @@ from .._triton_common import head_offset
 from ..block_mask import BlockLayout, PooledBlocks
 
 __all__ = ["CodeFormat", "CODE_FORMATS", "QuantizedKeys", "quantize_keys", "key_means", "mean_of_sums", "shifted",
-           "quantized_key_bytes", "quantize_query_tile", "code_range", "code_scale", "encode", "e4m3_grid"]
+           "quantized_key_bytes", "key_code_bytes", "codes_in_free_heads", "quantize_query_tile", "code_range",
+           "code_scale", "encode", "e4m3_grid"]
 
 KEY_CHUNK = 64  # key slots per step of _quantize_keys_kernel
 # _key_sums_kernel: tokens per program, and per step. A span of 1024 gives about two programs
@@ -259,14 +260,18 @@ def key_means(k: torch.Tensor, head_base: int, group_heads: int) -> torch.Tensor
 
 
 def quantize_keys(k: torch.Tensor, layout: BlockLayout, head_base: int, group_heads: int,
-                  mean: Optional[torch.Tensor] = None, precision: str = "int8") -> QuantizedKeys:
+                  mean: Optional[torch.Tensor] = None, precision: str = "int8",
+                  codes: Optional[torch.Tensor] = None) -> QuantizedKeys:
     """The :class:`QuantizedKeys` of heads head_base .. + Hg of k (B, L, H, D) in the codes of
     ``precision`` ("int8" or "fp8", :data:`CODE_FORMATS`); ``mean``: their smoothing means
-    (default :func:`key_means`)."""
+    (default :func:`key_means`); ``codes``: where to write the codes, (B, L, Hg, D) of the
+    format's dtype with unit last stride (default: a new contiguous tensor; a caller may lend
+    memory it has not written yet, :func:`codes_in_free_heads`)."""
     code = CODE_FORMATS[precision]
     B, L, _, D = k.shape
     mean = key_means(k, head_base, group_heads) if mean is None else mean.to(torch.float32).contiguous()
-    codes = torch.empty((B, L, group_heads, D), device=k.device, dtype=code.torch_dtype)
+    if codes is None:
+        codes = torch.empty((B, L, group_heads, D), device=k.device, dtype=code.torch_dtype)
     scales = torch.empty((B, group_heads, layout.n_blocks), device=k.device, dtype=torch.float32)
     with device_guard(k):
         _quantize_keys_kernel[(layout.n_blocks, B * group_heads)](
@@ -280,15 +285,39 @@ def quantize_keys(k: torch.Tensor, layout: BlockLayout, head_base: int, group_he
     return QuantizedKeys(codes, scales, mean)
 
 
+def codes_in_free_heads(out: torch.Tensor, first_head: int, group_heads: int, precision: str) -> torch.Tensor:
+    """A (B, L, group_heads, D) tensor of ``precision``'s codes laid in the bytes of heads
+    ``first_head`` .. of ``out`` (B, L, H, D), contiguous, in a 2-byte dtype: each token's codes in
+    that token's row of those heads, so they take ⌈group_heads / 2⌉ of them. For a caller whose
+    output's later heads are not written yet: its codes then cost no scratch. The codes' token
+    stride is out's, a multiple of 16 bytes wherever out's is, so TMA can box them as it boxes k.
+    A ValueError when they do not fit."""
+    B, L, H, D = out.shape
+    per_head = D * out.element_size()  # code bytes one head of out holds per token
+    start, end = first_head * per_head, first_head * per_head + group_heads * D
+    if not out.is_contiguous() or first_head < 0 or end > H * per_head:
+        raise ValueError(f"codes of {group_heads} heads do not fit in heads {first_head}.. of a "
+                         f"{'non-contiguous ' if not out.is_contiguous() else ''}output of {H} heads")
+    rows = out.view(CODE_FORMATS[precision].torch_dtype).view(B, L, H * per_head)
+    return rows[:, :, start:end].unflatten(2, (group_heads, D))
+
+
 def shifted(pooled: PooledBlocks, mean: torch.Tensor) -> PooledBlocks:
     """Sol's pooled term on the logit scale of smoothed keys: K̄_j − m, rounded to the input
     dtype (the term stays in it); the mean values and lengths unchanged."""
-    k_mean = (pooled.k_mean.float() - mean[:, :, None, :]).to(pooled.k_mean.dtype)
+    k_mean = torch.sub(pooled.k_mean, mean[:, :, None, :]).to(pooled.k_mean.dtype)  # in float32: one temporary
     return PooledBlocks(k_mean, pooled.v_mean, pooled.log2_len)
 
 
+def key_code_bytes(layout: BlockLayout, head_dim: int) -> int:
+    """Device memory of one head of one batch entry's key codes (one byte a code, int8 or fp8):
+    the part of the quantized keys a call may lay in its output's unwritten heads
+    (:func:`codes_in_free_heads`)."""
+    return layout.n_tokens * head_dim
+
+
 def quantized_key_bytes(layout: BlockLayout, head_dim: int, itemsize: int, pooled: bool) -> int:
-    """Device memory of one head of one batch entry's quantized keys (one byte a code, int8 or
-    fp8): codes, scales, mean, and the shifted pooled keys of Sol's term (``pooled``)."""
+    """Device memory of one head of one batch entry's quantized keys besides their codes
+    (:func:`key_code_bytes`): scales, mean, and the shifted pooled keys of Sol's term (``pooled``)."""
     n = layout.n_blocks
-    return layout.n_tokens * head_dim + 4 * n + 4 * head_dim + (n * head_dim * itemsize if pooled else 0)
+    return 4 * n + 4 * head_dim + (n * head_dim * itemsize if pooled else 0)

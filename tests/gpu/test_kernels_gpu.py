@@ -219,6 +219,44 @@ def test_quantized_full_size(method, grid, tile, extra, layout, precision):
 
 
 @pytest.mark.parametrize("precision", QUANTIZED)
+@pytest.mark.parametrize("method,layout", [("sol", "blhd"), ("psa", "heads_first")])
+def test_quantized_groups_with_codes_in_the_output(monkeypatch, method, layout, precision):
+    """Head groups that lay their key codes in the output's later heads (this GPU's loop boxes
+    them through the output's token stride) write what one group with scratch codes writes, bit
+    for bit, outputs poisoned: Wan 720p, 5 heads as 3 (codes in heads 3-4), 1 (in head 4) and 1
+    (in scratch)."""
+    import kernels.engine as engine
+    import kernels.psa
+    import kernels.sol
+
+    grid = (21, 45, 80)
+    q, k, v = random_qkv(1, 21 * 45 * 80, 5, layout, seed=29)
+    if method == "psa":
+        params = torch.tensor([[2, 0, 0, 3, 0, 0], [1, 1, 3, 2, 0, 10], [1, 0, 0, 2, 0, 0], [3, 1, 0, 1, 0, 0],
+                               [1, 0, 0, 4, 0, 0]])
+        run = lambda: kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(3, 8, 16), precision=precision)
+    else:
+        run = lambda: kernels.sol_attention(q, k, v, beta=1.04, grid=grid, precision=precision)
+    poison(q.numel() * 2)
+    whole = run()
+    groups = []
+    real = engine.head_groups
+
+    def three_heads_of_scratch(num_heads, per_head_bytes, output_bytes, code_bytes_per_head):
+        monkeypatch.setattr(engine, "SCRATCH_FLOOR", 0)
+        monkeypatch.setattr(engine, "SCRATCH_SHARE", 3.5 * per_head_bytes / output_bytes)
+        groups.extend(real(num_heads, per_head_bytes, output_bytes, code_bytes_per_head))
+        return groups
+
+    monkeypatch.setattr(kernels.sol if method == "sol" else kernels.psa, "head_groups", three_heads_of_scratch)
+    poison(q.numel() * 2)
+    split = run()
+    assert groups == [(0, 3, True), (3, 4, True), (4, 5, False)]
+    assert torch.isfinite(split).all()
+    assert torch.equal(split, whole), rel_err(split, whole)
+
+
+@pytest.mark.parametrize("precision", QUANTIZED)
 @pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
 def test_quantized_on_every_architectures_configuration(monkeypatch, arch, precision):
     """Each architecture's launch row forced here with quantized exact blocks (the portable

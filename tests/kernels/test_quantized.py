@@ -370,8 +370,8 @@ def test_nan_in_nan_out(method, precision):
 
 # ------------------------------------------------------------------------ memory and loops
 def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
-    """The int8 keys are per-head scratch (codes, scales, mean, Sol's shifted pooled keys; fp8
-    codes take the same bytes);
+    """The int8 keys are per-head scratch (scales, mean, Sol's shifted pooled keys, and the
+    codes, counted apart; fp8 codes take the same bytes);
     Sol's groups and PSA's groups each write their heads of the output the one-group result
     writes, and a reused PSA mask keeps its groups' masks."""
     from kernels.engine.pair_streams import pair_stream_bytes
@@ -383,7 +383,9 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     q, k, v = qkv(2, 256, 5, 64, torch.float16, seed=41)
     bf16 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="bf16")
     int8 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="int8")
-    assert int8 - bf16 == quantized_key_bytes(layout, 64, 2, pooled=True) == 256 * 64 + 4 * 4 + 4 * 64 + 4 * 64 * 2
+    assert int8 - bf16 == quantized_key_bytes(layout, 64, 2, pooled=True) == 4 * 4 + 4 * 64 + 4 * 64 * 2
+    assert engine.code_bytes_per_head(layout, 64, "int8") == engine.code_bytes_per_head(layout, 64, "fp8") == 256 * 64
+    assert engine.code_bytes_per_head(layout, 64, "bf16") == 0
     assert engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="fp8") == int8
     with monkeypatch.context() as m:  # Sol's pair streams on the Hopper loop count the keys too
         m.setattr(engine, "_hopper_loop_runs", lambda *a, **kw: True)
@@ -407,6 +409,59 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     mask = psa_kernel_mask(grid, params, (1, 8, 8))
     assert mask.heads(2, 3) is mask.heads(2, 3) and mask.heads(0, 5) is mask
     assert torch.equal(mask.heads(2, 4).to_dense(), mask.to_dense()[:, 2:4])
+
+
+@pytest.mark.parametrize("precision", ["int8", "fp8"])
+def test_key_codes_in_the_outputs_later_heads(monkeypatch, precision):
+    """Groups whose codes fit in the output's heads after their own lay them there (written over
+    by the later groups' outputs) and give the one-group result bit for bit, Sol's and PSA's;
+    the last group, with no heads after it, keeps its codes in scratch."""
+    grid = (2, 8, 16)
+    q, k, v = qkv(2, 256, 5, 64, torch.float16, seed=43)
+    params = [[1, 0, 0, 2, 0, 0], [2, 1, 0, 1, 0, 0], [1, 0, 0, 1, 0, 0], [2, 0, 1, 2, 1, 0], [1, 0, 0, 3, 0, 0]]
+    calls = [lambda: kernels.sol_attention(q, k, v, beta=0.7, grid=grid, precision=precision),
+             lambda: kernels.psa_attention(q, k, v, grid=grid, params=params, tile=(1, 8, 8), precision=precision)]
+    whole = [call() for call in calls]
+    codes_at = []
+    real = engine.portable_attention
+
+    def recording(*a, **kw):
+        codes = kw["keys"].codes
+        codes_at.append((kw["head_base"], a[3].num_heads, codes.untyped_storage().data_ptr() ==
+                         kw["out"].untyped_storage().data_ptr()))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(engine, "portable_attention", recording)
+    monkeypatch.setattr(engine, "SCRATCH_FLOOR", 0)
+    real_groups = engine.head_groups
+
+    def three_heads_of_scratch(num_heads, per_head_bytes, output_bytes, code_bytes_per_head):
+        # A budget of 3.5 heads' scratch besides the codes, which two heads with their codes
+        # exceed: groups of 3 (codes in heads 3-4), 1 (codes in head 4), then the last head,
+        # its codes in scratch.
+        assert code_bytes_per_head == 2 * 256 * 64 > per_head_bytes
+        monkeypatch.setattr(engine, "SCRATCH_SHARE", 3.5 * per_head_bytes / output_bytes)
+        return real_groups(num_heads, per_head_bytes, output_bytes, code_bytes_per_head)
+
+    monkeypatch.setattr(kernels.sol, "head_groups", three_heads_of_scratch)
+    monkeypatch.setattr(kernels.psa, "head_groups", three_heads_of_scratch)
+    for call, expected in zip(calls, whole):
+        codes_at.clear()
+        assert torch.equal(call(), expected)
+        assert codes_at == [(0, 3, True), (3, 1, True), (4, 1, False)], codes_at
+
+
+def test_codes_in_free_heads_refuses_what_does_not_fit():
+    from kernels.engine.quantize import codes_in_free_heads
+
+    out = torch.empty(1, 8, 4, 16, dtype=torch.bfloat16)
+    view = codes_in_free_heads(out, 2, 4, "int8")  # four heads of codes in two output heads
+    assert view.shape == (1, 8, 4, 16) and view.dtype == torch.int8 and view.stride() == (8 * 128, 128, 16, 1)
+    assert view.data_ptr() == out.data_ptr() + 2 * 32
+    with pytest.raises(ValueError, match="do not fit"):
+        codes_in_free_heads(out, 3, 3, "fp8")
+    with pytest.raises(ValueError, match="non-contiguous"):
+        codes_in_free_heads(out.transpose(1, 2), 0, 1, "int8")
 
 
 def test_quantized_calls_reach_the_hopper_loop_with_the_codes(monkeypatch):

@@ -331,8 +331,8 @@ def test_heads_run_in_groups_within_the_scratch_budget(monkeypatch):
     assert calls == [(h, h + 1) for h in range(5)]
     torch.testing.assert_close(split, whole)
     assert torch.equal(st_split["exact_blocks"], st_whole["exact_blocks"])
-    assert engine.head_groups(40, 10, 1000) == [(h, h + 1) for h in range(40)]
-    assert engine.head_groups(40, 1, 10**12) == [(0, 40)]
+    assert engine.head_groups(40, 10, 1000) == [(h, h + 1, False) for h in range(40)]
+    assert engine.head_groups(40, 1, 10**12) == [(0, 40, False)]
 
 
 def test_head_groups_are_as_few_and_as_even_as_fit():
@@ -342,9 +342,28 @@ def test_head_groups_are_as_few_and_as_even_as_fit():
 
     output = 10**10  # a budget well above the floor
     budget = engine.SCRATCH_SHARE * output
-    assert engine.head_groups(40, int(budget / 12), output) == [(0, 10), (10, 20), (20, 30), (30, 40)]
-    assert engine.head_groups(5, int(budget / 2), output) == [(0, 1), (1, 3), (3, 5)]
-    assert engine.head_groups(7, int(budget), output) == [(h, h + 1) for h in range(7)]
+    assert engine.head_groups(40, int(budget / 12), output) == [(0, 10, False), (10, 20, False), (20, 30, False),
+                                                                (30, 40, False)]
+    assert engine.head_groups(5, int(budget / 2), output) == [(0, 1, False), (1, 3, False), (3, 5, False)]
+    assert engine.head_groups(7, int(budget), output) == [(h, h + 1, False) for h in range(7)]
+
+
+def test_head_groups_lay_key_codes_in_the_heads_after_them():
+    """Quantized calls: a group's key codes (half an output head each, as int8 codes of a bf16
+    output) go to the output's later heads where they fit, so the scratch limits the groups
+    only through the rest; the last heads, with no room after them, keep their codes in
+    scratch, and a call whose codes all fit in scratch runs as one group."""
+    import kernels.engine as engine
+
+    output = 10**10
+    budget = engine.SCRATCH_SHARE * output
+    head = output // 40
+    groups = engine.head_groups(40, int(budget / 12), output, code_bytes_per_head=head // 2)
+    # 12 heads at most by the rest; 24 .. 34: ten heads' codes fill five of the six heads left.
+    assert groups == [(0, 12, True), (12, 24, True), (24, 34, True), (34, 38, True), (38, 40, False)]
+    assert engine.head_groups(40, 1, output, code_bytes_per_head=1) == [(0, 40, False)]
+    # One head whose codes fit nowhere still runs, alone, in scratch (the budget's ">= 1 head").
+    assert engine.head_groups(2, 1, 1000, code_bytes_per_head=10**10) == [(0, 1, False), (1, 2, False)]
 
 
 def test_every_launch_runs_on_the_inputs_device(monkeypatch):

@@ -227,7 +227,7 @@ def test_pair_streams_let_more_heads_share_a_launch():
     listed = max(pooling, routing + id_list_bytes(lay.n_blocks))
     streamed = max(pooling, routing + pair_stream_bytes(lay.n_blocks))
     output = 75600 * 40 * 128 * 2
-    assert [h1 - h0 for h0, h1 in head_groups(40, streamed, output)] == [10] * 4
+    assert [h1 - h0 for h0, h1, _ in head_groups(40, streamed, output)] == [10] * 4
     assert len(head_groups(40, listed, output)) == 6
 
 
