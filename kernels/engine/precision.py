@@ -25,10 +25,10 @@ int8 adds 0.0002-0.0005 rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and 0.0
 0.29 with the Wan 720p preset, inside the bound ``auto`` keeps (0.002 absolute at density
 0.15, 25 % relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017
 to PSA's. On the Hopper loop PSA's int8 ran 1.01-1.09x faster than bf16 at densities 0.15 and
-0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90; Sol's int8 there ran 1.04-1.07x
-slower than its bf16 at Wan 720p's densities 0.10 and 0.15 (its key codes make its head groups
-five times smaller) and 1.07x faster at 131K tokens, density 0.10: ``auto`` keeps bf16 for
-Sol. Everywhere else int8 ran slower than bf16 at density 0.15 (faster only at PSA's 0.40 on
+0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90; Sol's int8 there took 0.99x /
+1.04x / 1.08x of its bf16's time at Wan 720p's densities 0.15 / 0.10 / 0.05 (its key codes in
+the output's unwritten heads, ``engine.head_groups``), and 0.97x at 131K tokens, density 0.10
+(measured with the codes in scratch): ``auto`` keeps bf16 for Sol. Everywhere else int8 ran slower than bf16 at density 0.15 (faster only at PSA's 0.40 on
 sm_80), so ``auto`` picks bf16; a row never forced stays bf16 too. The results files
 (``benchmarks/results/``: ``psa_hopper_8bit_qk_h100.json``, ``psa_int8_rows_h100.json``,
 ``psa_int8_rows_sm86_sm120_h100.json``, ``kitchen_pointer_rows_h100.json`` (Sol on the sm_80
@@ -89,7 +89,8 @@ AUTO_PRECISION = {
                           "error (sm_80 row forced on an H100)")},
     (8, 6): _int8_slower("1.43x", "1.17x / 1.11x", "sm_86 row forced on an H100; Sol with 2 stages"),
     (8, 9): _int8_slower("1.42x", "1.20x / 1.05x", "sm_89 row forced on an H100"),
-    (9, 0): {"sol": _bf16("the Hopper loop in bf16 ran 1.04x / 1.07x faster than int8 at density 0.10 / 0.15 (H100)"),
+    (9, 0): {"sol": _bf16("on the Hopper loop int8 took 0.99x / 1.04x / 1.08x of bf16's time at density "
+                          "0.15 / 0.10 / 0.05 (H100)"),
              "psa": PrecisionChoice("int8", "auto: int8 ran 1.01x / 1.08x faster than bf16 at density 0.15 / 0.40 "
                                             "on Wan 720p's grid and 1.06x / 1.09x on HunyuanVideo 768p's on the "
                                             "Hopper loop (8-bit QKᵀ, P·V in bf16), adding 0.0003 rel-L2 (H100)")},
