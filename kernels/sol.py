@@ -9,8 +9,8 @@ work form of it and, with quantized (int8, fp8) exact blocks, the quantized keys
 ``engine.work_bytes_per_head``) stays within ``engine.SCRATCH_SHARE`` of the output's size (the
 key codes in the output's unwritten heads where they fit: the groups run in head order); no
 step reads anything back to the host, so the call never synchronises the device and can be
-captured in a CUDA graph. With quantized exact blocks the pooling pass also gives the keys'
-smoothing mean (``engine.quantize``), and the engine quantizes the group's keys.
+captured in a CUDA graph. With quantized exact blocks the engine sums the group's keys for
+their smoothing mean and quantizes them (``engine.quantize``).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import torch
 from ._checks import unit_stride_last_dim
 from .engine import block_sparse_attention, code_bytes_per_head, head_groups, work_bytes_per_head
 from .engine.launch_config import config_for_device
-from .engine.precision import QUANTIZED_PRECISIONS, resolve_precision
+from .engine.precision import resolve_precision
 from .sol_gpu_routing import pool_blocks, pooled_term, route, routing_bytes_per_head
 from .sol_reference import check_sol_call
 
@@ -49,8 +49,7 @@ def sol_attention(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sin
     out = torch.empty((B, L, H, D), device=q.device, dtype=q.dtype)
     config = config or config_for_device(q.device)
     precision = resolve_precision(precision, config, "sol").precision
-    quantized = precision in QUANTIZED_PRECISIONS
-    pooling, routing = routing_bytes_per_head(layout, D, q.element_size(), key_mean=quantized)
+    pooling, routing = routing_bytes_per_head(layout, D, q.element_size())
     work = work_bytes_per_head(q, k, v, layout, pooled=True, config=config, precision=precision)
     per_head = B * max(pooling, routing + work)
     codes = B * code_bytes_per_head(layout, D, precision)
@@ -71,11 +70,10 @@ def _sol_heads(q, k, v, out, layout, forced, beta, h0, h1, *, estimator, scale, 
                codes_in_output):
     """Heads h0 .. h1 of the output (quantized keys' codes in its heads from h1 on with
     ``codes_in_output``); returns their exact-block counts (B, h1 - h0, N, 2)."""
-    quantized = precision in QUANTIZED_PRECISIONS
-    q_mean, k_mean, v_mean, *key_mean = pool_blocks(q, k, v, layout, h0, h1 - h0, key_mean=quantized)
+    q_mean, k_mean, v_mean = pool_blocks(q, k, v, layout, h0, h1 - h0)
     mask = route(q_mean, k_mean, beta[h0:h1], forced, layout, estimator=estimator, scale=scale)
     del q_mean
     block_sparse_attention(q, k, v, mask, scale=scale, out=out, head_base=h0, config=config,
                            pooled=pooled_term(k_mean, v_mean, layout), precision=precision,
-                           key_mean=key_mean[0] if key_mean else None, codes_in_output=codes_in_output)
+                           codes_in_output=codes_in_output)
     return mask.counts

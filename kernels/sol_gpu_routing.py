@@ -5,10 +5,10 @@ Two light kernels per group of heads, before the engine (``engine``) runs:
 1. ``_pool_kernel``: one program per (block, batch·head) reads the block's rows of q, k and v
    in place (slot map) and writes their means Q̄, K̄, V̄ (B, Hg, N, D) in float32; PyTorch
    rounds them to the input dtype (Triton's CPU interpreter truncates float32 to bfloat16
-   instead of rounding, so the tests would see other means than the GPU). With quantized
-   (int8, fp8) exact blocks it also writes the block's key sums in float64, from which the keys' smoothing mean
-   comes (``engine.quantize``) without another pass over k. The quantization itself cannot
-   join this pass: every block's codes depend on that mean, which needs every block first.
+   instead of rounding, so the tests would see other means than the GPU). The quantized (int8,
+   fp8) exact blocks' smoothing mean is the engine's own pass over k (``engine.quantize``):
+   written here as float64 block sums it cost more scratch per head than that pass costs time
+   (kernels/DESIGN.md, "The int8 exact blocks").
 2. ``_route_kernel``: one program per ``ROUTE_ROWS`` query blocks of one (batch, head) walks the
    pooled keys twice in chunks of 64. The first pass computes its rows' thresholds τ
    (``_row_thresholds``; the float reference is ``sol_rules.block_thresholds``); the second
@@ -35,7 +35,6 @@ import triton.language as tl
 from ._device import device_guard
 from ._triton_common import dot_dtype_for, head_offset
 from .block_mask import BlockLayout, BlockMask, PooledBlocks
-from .engine.quantize import mean_of_sums
 
 ROUTE_ROWS = 32   # query blocks per routing program (a dot operand: >= 16)
 ROUTE_CHUNK = 64  # pooled keys per routing step: one bitmap word
@@ -46,10 +45,10 @@ POOL_WARPS = 2
 
 @triton.jit
 def _pool_kernel(
-    Q, K, V, Q_MEAN, K_MEAN, V_MEAN, K_SUM, ROW_MAP, BLOCK_LEN,
+    Q, K, V, Q_MEAN, K_MEAN, V_MEAN, ROW_MAP, BLOCK_LEN,
     stride_qb, stride_qn, stride_qh, stride_kb, stride_kn, stride_kh, stride_vb, stride_vn, stride_vh,
     head_base, group_heads, num_blocks,
-    HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, SLOTS: tl.constexpr, KEY_SUMS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_TOKENS: tl.constexpr, SLOTS: tl.constexpr,
 ):
     blk = tl.program_id(0)
     bh = tl.program_id(1)
@@ -73,10 +72,6 @@ def _pool_kernel(
     tl.store(Q_MEAN + out, tl.sum(xq.to(tl.float32), 0) * inv_len)
     tl.store(K_MEAN + out, tl.sum(xk.to(tl.float32), 0) * inv_len)
     tl.store(V_MEAN + out, tl.sum(xv.to(tl.float32), 0) * inv_len)
-    if KEY_SUMS:
-        # Exact for half-precision keys (an 8- or 11-bit significand, 64 terms): the smoothing
-        # mean is then the same whatever order its sums are taken in (engine.quantize).
-        tl.store(K_SUM + out, tl.sum(xk.to(tl.float64), 0))
 
 
 @triton.jit
@@ -180,29 +175,23 @@ def _route_kernel(
     tl.store(COUNTS + list_rows * 2 + 1, n_extra, mask=row_ok)
 
 
-def pool_blocks(q, k, v, layout: BlockLayout, head_base: int, group_heads: int, key_mean: bool = False):
-    """(Q̄, K̄, V̄), each (B, Hg, N, D) in the input dtype, for heads head_base .. + Hg; with
-    ``key_mean`` also the keys' smoothing mean (B, Hg, D) float32 of the quantized (int8, fp8)
-    exact blocks (``engine.quantize``), from the block sums in float64."""
+def pool_blocks(q, k, v, layout: BlockLayout, head_base: int, group_heads: int):
+    """(Q̄, K̄, V̄), each (B, Hg, N, D) in the input dtype, for heads head_base .. + Hg."""
     B, _, _, D = q.shape
     n = layout.n_blocks
     means = torch.empty((3, B, group_heads, n, D), device=q.device, dtype=torch.float32)
-    sums = torch.empty((B, group_heads, n, D), device=q.device, dtype=torch.float64) if key_mean else means[1]
     with device_guard(q):
         _pool_kernel[(n, B * group_heads)](
-            Q=q, K=k, V=v, Q_MEAN=means[0], K_MEAN=means[1], V_MEAN=means[2], K_SUM=sums,
+            Q=q, K=k, V=v, Q_MEAN=means[0], K_MEAN=means[1], V_MEAN=means[2],
             ROW_MAP=layout.row_map, BLOCK_LEN=layout.lengths,
             stride_qb=q.stride(0), stride_qn=q.stride(1), stride_qh=q.stride(2),
             stride_kb=k.stride(0), stride_kn=k.stride(1), stride_kh=k.stride(2),
             stride_vb=v.stride(0), stride_vn=v.stride(1), stride_vh=v.stride(2),
             head_base=head_base, group_heads=group_heads, num_blocks=n,
             HEAD_DIM=D, BLOCK_TOKENS=layout.block_tokens, SLOTS=triton.next_power_of_2(layout.block_tokens),
-            KEY_SUMS=key_mean, num_warps=POOL_WARPS,
+            num_warps=POOL_WARPS,
         )
-    rounded = means.to(q.dtype).unbind(0)  # one rounding launch for the three
-    if not key_mean:
-        return rounded
-    return (*rounded, mean_of_sums(sums.sum(dim=2), layout.n_tokens))
+    return means.to(q.dtype).unbind(0)  # one rounding launch for the three
 
 
 @functools.lru_cache(maxsize=64)
@@ -233,12 +222,10 @@ def pooled_term(k_mean, v_mean, layout: BlockLayout) -> PooledBlocks:
     return PooledBlocks(k_mean, v_mean, _log2_lengths(layout))
 
 
-def routing_bytes_per_head(layout: BlockLayout, head_dim: int, itemsize: int,
-                           key_mean: bool = False) -> tuple[int, int]:
+def routing_bytes_per_head(layout: BlockLayout, head_dim: int, itemsize: int) -> tuple[int, int]:
     """Device memory one head of one batch entry needs besides its output and the engine's work
-    form: (while pooling: the float32 means and their rounded copies, and with ``key_mean``
-    the float64 key sums; from routing on: the rounded means, the counts and the bitmap)."""
+    form: (while pooling: the float32 means and their rounded copies; from routing on: the
+    rounded means, the counts and the bitmap)."""
     n = layout.n_blocks
     means = 3 * n * head_dim * itemsize
-    sums = 8 * n * head_dim if key_mean else 0
-    return means + 3 * n * head_dim * 4 + sums, means + 8 * n + 8 * n * math.ceil(n / ROUTE_CHUNK)
+    return means + 3 * n * head_dim * 4, means + 8 * n + 8 * n * math.ceil(n / ROUTE_CHUNK)

@@ -158,15 +158,14 @@ def code_bytes_per_head(layout: BlockLayout, head_dim: int, precision: str) -> i
 def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optional[torch.Tensor] = None,
                            head_base: int = 0, pooled: Optional[PooledBlocks] = None,
                            config: Optional[LaunchConfig] = None, precision: str = "auto",
-                           key_mean: Optional[torch.Tensor] = None, codes_in_output: bool = False) -> torch.Tensor:
+                           codes_in_output: bool = False) -> torch.Tensor:
     """Run the engine on q/k/v (B, L, H, D) in sequence order (any strides with unit last
     stride) for heads ``head_base .. head_base + mask.num_heads``; writes and returns ``out``
     (allocated (B, L, H, D) when None). ``config``: the architecture's launch configuration
     (``launch_config``; default: the device's). ``precision``: of the exact blocks' QKᵀ,
     "auto" (``precision.AUTO_PRECISION``'s row of ``config``: Sol's with ``pooled``, else PSA's),
     "bf16" (the input dtype), "int8" or "fp8" (``quantize``: the keys of these heads are
-    quantized here, smoothed by ``key_mean`` (B, Hg, D) float32 when the caller has it, else by
-    ``quantize.key_means``; "fp8" needs sm_89 or later). ``codes_in_output``: the caller has
+    quantized here, smoothed by their mean, ``quantize.key_means``; "fp8" needs sm_89 or later). ``codes_in_output``: the caller has
     not written ``out``'s heads after these yet, and the codes of a quantized call go there
     (:func:`head_groups` says where they fit)."""
     lay = mask.layout
@@ -180,7 +179,7 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
     if precision in QUANTIZED_PRECISIONS:
         codes = codes_in_free_heads(out, head_base + mask.num_heads, mask.num_heads, precision) \
             if codes_in_output else None
-        keys = quantize_keys(k, lay, head_base, mask.num_heads, key_mean, precision, codes)
+        keys = quantize_keys(k, lay, head_base, mask.num_heads, precision, codes)
         pooled = None if pooled is None else shifted(pooled, keys.mean)
     if _hopper_loop_runs(q, k, v, lay, pooled=pooled is not None, config=config, precision=precision):
         with device_guard(q):

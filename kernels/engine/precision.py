@@ -89,8 +89,8 @@ AUTO_PRECISION = {
                           "error (sm_80 row forced on an H100)")},
     (8, 6): _int8_slower("1.43x", "1.17x / 1.11x", "sm_86 row forced on an H100; Sol with 2 stages"),
     (8, 9): _int8_slower("1.42x", "1.20x / 1.05x", "sm_89 row forced on an H100"),
-    (9, 0): {"sol": _bf16("on the Hopper loop int8 took 0.99x / 1.04x / 1.08x of bf16's time at density "
-                          "0.15 / 0.10 / 0.05 (H100)"),
+    (9, 0): {"sol": _bf16("int8 ran in 0.99x / 1.04x / 1.08x bf16's time at density 0.15 / 0.10 / 0.05 on "
+                          "the Hopper loop (H100)"),
              "psa": PrecisionChoice("int8", "auto: int8 ran 1.01x / 1.08x faster than bf16 at density 0.15 / 0.40 "
                                             "on Wan 720p's grid and 1.06x / 1.09x on HunyuanVideo 768p's on the "
                                             "Hopper loop (8-bit QKᵀ, P·V in bf16), adding 0.0003 rel-L2 (H100)")},

@@ -7,9 +7,8 @@ key block of the ``BlockLayout``:
 
 - smoothing mean m (D,) float32: the mean of k over the sequence's tokens, summed in float64
   (exact for half-precision inputs of any usual range, so the kernels' sum and the
-  reference's agree bit for bit whatever their order) and rounded once to float32. Sol's
-  pooling pass writes the float64 block sums on its way (``sol_gpu_routing.pool_blocks``);
-  PSA, which has no other pass over k, sums in one of its own (:func:`key_means`);
+  reference's agree bit for bit whatever their order) and rounded once to float32, in a pass
+  over the group's k of its own (:func:`key_means`), for both methods;
 - per key block j, over its real tokens (padding slots are left out): d = k − m in float32,
   a_j = max |d|, s_j = a_j / B, y = d / s_j, code = the rounding of y
   (:func:`code_range`, :func:`code_scale`, :func:`encode`): int8 floor(y + 0.5) in
@@ -60,8 +59,8 @@ __all__ = ["CodeFormat", "CODE_FORMATS", "QuantizedKeys", "quantize_keys", "key_
 
 KEY_CHUNK = 64  # key slots per step of _quantize_keys_kernel
 # _key_sums_kernel: tokens per program, and per step. A span of 1024 gives about two programs
-# an SM for three heads at Wan 720p (75,600 tokens), the smallest head group it runs; 64 rows a
-# step read k at twice the rate of 32 (benchmarks/bench_key_sums.py; spans of 256-1024 tie).
+# an SM for three heads at Wan 720p (75,600 tokens); 64 rows a step read k at twice the rate
+# of 32 (benchmarks/bench_key_sums.py; spans of 256-1024 tie).
 KEY_SUM_SPAN = 1024
 KEY_SUM_ROWS = 64
 
@@ -260,16 +259,15 @@ def key_means(k: torch.Tensor, head_base: int, group_heads: int) -> torch.Tensor
 
 
 def quantize_keys(k: torch.Tensor, layout: BlockLayout, head_base: int, group_heads: int,
-                  mean: Optional[torch.Tensor] = None, precision: str = "int8",
-                  codes: Optional[torch.Tensor] = None) -> QuantizedKeys:
+                  precision: str = "int8", codes: Optional[torch.Tensor] = None) -> QuantizedKeys:
     """The :class:`QuantizedKeys` of heads head_base .. + Hg of k (B, L, H, D) in the codes of
-    ``precision`` ("int8" or "fp8", :data:`CODE_FORMATS`); ``mean``: their smoothing means
-    (default :func:`key_means`); ``codes``: where to write the codes, (B, L, Hg, D) of the
+    ``precision`` ("int8" or "fp8", :data:`CODE_FORMATS`), smoothed by their means
+    (:func:`key_means`); ``codes``: where to write the codes, (B, L, Hg, D) of the
     format's dtype with unit last stride (default: a new contiguous tensor; a caller may lend
     memory it has not written yet, :func:`codes_in_free_heads`)."""
     code = CODE_FORMATS[precision]
     B, L, _, D = k.shape
-    mean = key_means(k, head_base, group_heads) if mean is None else mean.to(torch.float32).contiguous()
+    mean = key_means(k, head_base, group_heads)
     if codes is None:
         codes = torch.empty((B, L, group_heads, D), device=k.device, dtype=code.torch_dtype)
     scales = torch.empty((B, group_heads, layout.n_blocks), device=k.device, dtype=torch.float32)

@@ -69,7 +69,7 @@ def check_ptx(table, ptx):
     engine's int8 launches (portable kernel or Hopper loop) hold an int8 MMA (their QKᵀ) and
     the others none; its fp8 launches hold the architecture's e4m3 MMA and the others none; the
     fp8 codes are written by a conversion to e4m3 (exact: the values are on the e4m3 grid
-    already); Sol's pooling pass sums the keys in float64 in its quantized launches only."""
+    already); the key sums pass sums in float64, Sol's pooling pass never does."""
     launches = ptx["launches"]
     rows = {f"{r['arch']} {r['kernel']} {r['case']}": r for r in table["rows"] if "refused_by_triton" not in r}
     assert set(launches) == set(rows)
@@ -86,8 +86,8 @@ def check_ptx(table, ptx):
                 assert fp8_mma(counts, arch) == (precision == "fp8"), key
         if rows[key]["kernel"] in ENGINE_KERNELS + ("_quantize_keys_kernel",):
             assert any("satfinite.e4m3x2" in i for i in counts) == (precision == "fp8"), key
-        if rows[key]["kernel"] == "_pool_kernel":
-            assert any(i.startswith("add.f64") for i in counts) == (precision != "bf16"), key
+        if rows[key]["kernel"] in ("_pool_kernel", "_key_sums_kernel"):
+            assert any(i.startswith("add.f64") for i in counts) == (rows[key]["kernel"] == "_key_sums_kernel"), key
 
 
 FP8_ARCHS = ["sm_89", "sm_90", "sm_100", "sm_120"]  # fp8 tensor cores; precision refuses fp8 before
@@ -127,13 +127,13 @@ def check_table(table):
     assert {r["case"] for r in quantized if r["arch"] == "sm_90" and not r["tma"]} == {
         "psa 30-token tiles, int8", "psa 30-token tiles, fp8"}
     # Every quantized case, int8 on every architecture and fp8 on those with fp8 tensor cores:
-    # the engine's quantized launch (one of its two kernels) and the key quantization (Sol's
-    # cases also their pooling pass with the key sums).
+    # the engine's quantized launch (one of its two kernels), the key sums pass and the key
+    # quantization; Sol's cases also their pooling pass, the same in every precision.
     assert {case.split()[0] for case in table["quantized_cases"]} == {"psa", "sol"}
     assert any("d64" in c for c in table["quantized_cases"])
     for precision, archs in (("int8", ARCHS), ("fp8", FP8_ARCHS)):
         cases = {case + ", " + precision for case in table["quantized_cases"]}
-        for kernels in (ENGINE_KERNELS, ("_quantize_keys_kernel",)):
+        for kernels in (ENGINE_KERNELS, ("_key_sums_kernel",), ("_quantize_keys_kernel",)):
             assert sorted((r["arch"], r["case"]) for r in rows if r["kernel"] in kernels
                           and r["precision"] == precision) == sorted(
                 (arch, case) for arch in archs for case in cases), (kernels, precision)

@@ -125,11 +125,9 @@ LAYOUTS = {  # name: (layout, a token count)
 @pytest.mark.parametrize("name", sorted(LAYOUTS))
 def test_codes_are_the_references_bit_for_bit(name, dtype, precision):
     """Key codes and scales (smoothed, per key block, padding left out), the smoothing mean
-    (Sol's from its pooling pass, PSA's from its own pass over k) and the query codes per tile of the
+    (the engine's own pass over k, for any group of heads) and the query codes per tile of the
     portable kernel: equal to ``quantized_reference``'s, bit for bit, on keys sharing an
     offset (the smoothing matters there); each block's largest |x| is the format's bound."""
-    from kernels.sol_gpu_routing import pool_blocks
-
     layout = LAYOUTS[name]()
     L = layout.n_tokens
     q, k, v = qkv(2, L, 3, 64, dtype, seed=L)
@@ -137,9 +135,8 @@ def test_codes_are_the_references_bit_for_bit(name, dtype, precision):
     k = heads_first(k)[0]  # k read with its own strides
     ref = QuantizedOperands.of(q, k, layout, precision)
     assert torch.equal(key_means(k, 0, 3), ref.mean) and torch.equal(smoothing_mean(k), ref.mean)
-    *_, pooled_mean = pool_blocks(q, k, v, layout, 1, 2, key_mean=True)
-    assert torch.equal(pooled_mean, ref.mean[:, 1:3])
-    keys = quantize_keys(k, layout, 1, 2, mean=pooled_mean, precision=precision)
+    keys = quantize_keys(k, layout, 1, 2, precision=precision)
+    assert torch.equal(keys.mean, ref.mean[:, 1:3])
     assert keys.codes.dtype == ref.k_codes.dtype == CODE_FORMATS[precision].torch_dtype
     assert torch.equal(bits(keys.codes.transpose(1, 2)), bits(ref.k_codes[:, 1:3]))
     same(keys.scales[:, :, layout.token_blocks()], ref.k_scale[:, 1:3])
@@ -509,7 +506,7 @@ def test_quantized_calls_reach_the_hopper_loop_with_the_codes(monkeypatch):
 
 
 def test_every_int8_launch_runs_on_the_inputs_device(monkeypatch):
-    """PSA's key sums, the key quantization and Sol's pooling pass launch under a device guard too."""
+    """The key sums, the key quantization and Sol's pooling pass launch under a device guard too."""
     import kernels._device
     import kernels.engine.quantize
     import kernels.sol_gpu_routing
@@ -522,7 +519,7 @@ def test_every_int8_launch_runs_on_the_inputs_device(monkeypatch):
     kernels.psa_attention(q, k, v, grid=(2, 5, 13), params=[[1, 0, 0, 1, 0, 0]], tile=(1, 4, 4), precision="int8")
     assert len(seen) == 2  # the key sums, the quantization (the engine launches from portable.py, checked elsewhere)
     kernels.sol_attention(q, k, v, beta=1.0, precision="int8")
-    assert len(seen) == 5 and all(d == q.device for _, d in seen)  # + pool, route, quantization
+    assert len(seen) == 6 and all(d == q.device for _, d in seen)  # + pool, route, key sums, quantization
 
 
 # ------------------------------------------------------------------------ the precision argument
