@@ -22,7 +22,7 @@ freed before the next is allocated. The key codes of quantized calls, one byte p
 are most of that: a group whose codes fit in the output heads after its own, which a caller
 running its groups in head order has not written yet, lays them there
 (``quantize.codes_in_free_heads``) and needs no scratch for them. Sol's int8 call at Wan 720p (40
-heads) so runs 7 groups instead of 20, PSA's 4 instead of 14.
+heads) so runs 6 groups instead of 20, PSA's 4 instead of 14.
 """
 from __future__ import annotations
 
@@ -165,9 +165,9 @@ def block_sparse_attention(q, k, v, mask: BlockMask, *, scale: float, out: Optio
     (``launch_config``; default: the device's). ``precision``: of the exact blocks' QKᵀ,
     "auto" (``precision.AUTO_PRECISION``'s row of ``config``: Sol's with ``pooled``, else PSA's),
     "bf16" (the input dtype), "int8" or "fp8" (``quantize``: the keys of these heads are
-    quantized here, smoothed by their mean, ``quantize.key_means``; "fp8" needs sm_89 or later). ``codes_in_output``: the caller has
-    not written ``out``'s heads after these yet, and the codes of a quantized call go there
-    (:func:`head_groups` says where they fit)."""
+    quantized here, smoothed by their mean, ``quantize.key_means``; "fp8" needs sm_89 or
+    later). ``codes_in_output``: the caller has not written ``out``'s heads after these yet,
+    and the codes of a quantized call go there (:func:`head_groups` says where they fit)."""
     lay = mask.layout
     config = config or config_for_device(q.device)
     precision = resolve_precision(precision, config, "psa" if pooled is None else "sol").precision
