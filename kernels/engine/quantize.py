@@ -316,6 +316,8 @@ def key_code_bytes(layout: BlockLayout, head_dim: int) -> int:
 
 def quantized_key_bytes(layout: BlockLayout, head_dim: int, itemsize: int, pooled: bool) -> int:
     """Device memory of one head of one batch entry's quantized keys besides their codes
-    (:func:`key_code_bytes`): scales, mean, and the shifted pooled keys of Sol's term (``pooled``)."""
+    (:func:`key_code_bytes`): the float64 sums of :func:`key_means` per span, scales, mean, and
+    the shifted pooled keys of Sol's term (``pooled``)."""
     n = layout.n_blocks
-    return 4 * n + 4 * head_dim + (n * head_dim * itemsize if pooled else 0)
+    sums = triton.cdiv(layout.n_tokens, KEY_SUM_SPAN) * head_dim * 8
+    return sums + 4 * n + 4 * head_dim + (n * head_dim * itemsize if pooled else 0)

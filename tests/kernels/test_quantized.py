@@ -367,8 +367,8 @@ def test_nan_in_nan_out(method, precision):
 
 # ------------------------------------------------------------------------ memory and loops
 def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
-    """The int8 keys are per-head scratch (scales, mean, Sol's shifted pooled keys, and the
-    codes, counted apart; fp8 codes take the same bytes);
+    """The int8 keys are per-head scratch (the key sums per span, scales, mean, Sol's shifted
+    pooled keys, and the codes, counted apart; fp8 codes take the same bytes);
     Sol's groups and PSA's groups each write their heads of the output the one-group result
     writes, and a reused PSA mask keeps its groups' masks."""
     from kernels.engine.pair_streams import pair_stream_bytes
@@ -380,7 +380,7 @@ def test_int8_counts_its_keys_in_the_work_memory(monkeypatch):
     q, k, v = qkv(2, 256, 5, 64, torch.float16, seed=41)
     bf16 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="bf16")
     int8 = engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="int8")
-    assert int8 - bf16 == quantized_key_bytes(layout, 64, 2, pooled=True) == 4 * 4 + 4 * 64 + 4 * 64 * 2
+    assert int8 - bf16 == quantized_key_bytes(layout, 64, 2, pooled=True) == 64 * 8 + 4 * 4 + 4 * 64 + 4 * 64 * 2
     assert engine.code_bytes_per_head(layout, 64, "int8") == engine.code_bytes_per_head(layout, 64, "fp8") == 256 * 64
     assert engine.code_bytes_per_head(layout, 64, "bf16") == 0
     assert engine.work_bytes_per_head(q, k, v, layout, pooled=True, config=TMA_BOXES, precision="fp8") == int8
