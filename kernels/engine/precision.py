@@ -24,16 +24,18 @@ measured on the video-like workload (``benchmarks/fidelity.py --precisions bf16,
 int8 adds 0.0002-0.0005 rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and 0.0003 to PSA's
 0.29 with the Wan 720p preset, inside the bound ``auto`` keeps (0.002 absolute at density
 0.15, 25 % relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017
-to PSA's. On the Hopper loop PSA's int8 ran 1.05-1.11x faster than bf16 at densities 0.15 and
-0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90; Sol's int8 there took 0.99x /
-1.04x / 1.08x of its bf16's time at Wan 720p's densities 0.15 / 0.10 / 0.05 (its key codes in
-the output's unwritten heads, ``engine.head_groups``), and 0.92x at 131K tokens, density
-0.10: ``auto`` keeps bf16 for Sol. Everywhere else int8 ran slower than bf16 at density 0.15
-(faster only at PSA's 0.40 on sm_80), so ``auto`` picks bf16; a row never forced stays bf16
-too. The results files (``benchmarks/results/``: ``psa_hopper_8bit_qk_h100.json``, ``psa_int8_rows_h100.json``,
+to PSA's. On the Hopper loop PSA's int8 ran 1.04-1.10x faster than bf16 at densities 0.15 and
+0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90; Sol's int8 there took 1.05x /
+1.04x / 1.10x of its bf16's time at Wan 720p's densities 0.15 / 0.10 / 0.05 (1.02x in two more
+runs at 0.15; its key codes in the output's unwritten heads, ``engine.head_groups``), and
+0.93x at 131K tokens, density 0.10: ``auto`` keeps bf16 for Sol. Everywhere else int8 ran
+slower than bf16 at density 0.15 (faster only at PSA's 0.40 on sm_80), so ``auto`` picks
+bf16; a row never forced stays bf16 too. The results files (``benchmarks/results/``:
+``psa_hopper_8bit_qk_h100.json``, ``psa_int8_rows_h100.json``,
 ``psa_int8_rows_sm86_sm120_h100.json``, ``kitchen_pointer_rows_h100.json`` (Sol on the sm_80
 and sm_89 rows), ``pointer_rows_sm86_sm120_h100.json`` (Sol on the sm_86 and sm_120 rows, 2
-stages), ``sol_ws_8bit_h100.json`` and ``sol_ws_8bit_131k_h100.json`` (Sol on sm_90),
+stages), ``sol_ws_8bit_h100.json``, ``sol_ws_8bit_density015_h100_a.json``, ``_b.json`` and
+``sol_ws_8bit_131k_h100.json`` (Sol on sm_90),
 ``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``) hold the commands.
 """
 from __future__ import annotations
@@ -89,10 +91,10 @@ AUTO_PRECISION = {
                           "error (sm_80 row forced on an H100)")},
     (8, 6): _int8_slower("1.43x", "1.17x / 1.11x", "sm_86 row forced on an H100; Sol with 2 stages"),
     (8, 9): _int8_slower("1.42x", "1.20x / 1.05x", "sm_89 row forced on an H100"),
-    (9, 0): {"sol": _bf16("int8 ran in 0.99x / 1.04x / 1.08x bf16's time at density 0.15 / 0.10 / 0.05 on "
-                          "the Hopper loop (H100)"),
-             "psa": PrecisionChoice("int8", "auto: int8 ran 1.05x / 1.10x faster than bf16 at density 0.15 / 0.40 "
-                                            "on Wan 720p's grid and 1.06x / 1.11x on HunyuanVideo 768p's on the "
+    (9, 0): {"sol": _bf16("int8 ran in 1.02x-1.05x / 1.04x / 1.10x bf16's time at density 0.15 / 0.10 / 0.05 "
+                          "on the Hopper loop (H100)"),
+             "psa": PrecisionChoice("int8", "auto: int8 ran 1.04x / 1.08x faster than bf16 at density 0.15 / 0.40 "
+                                            "on Wan 720p's grid and 1.06x / 1.10x on HunyuanVideo 768p's on the "
                                             "Hopper loop (8-bit QKᵀ, P·V in bf16), adding 0.0003 rel-L2 (H100)")},
     (10, 0): {method: _NOT_FORCED for method in METHODS},
     (12, 0): _int8_slower("1.43x", "1.20x / 1.07x", "sm_120 row forced on an H100; Sol with 2 stages"),
