@@ -9,7 +9,8 @@ processes shows.
     python3 benchmarks/hopper_step_ablation.py --out benchmarks/results/hopper_step_ablation_h100.json
     python3 benchmarks/hopper_step_ablation.py --method psa --out benchmarks/results/hopper_step_ablation_psa_h100.json
 
-``--steps`` counts the launch's programs and ring steps per program on the CPU.
+``--steps`` counts the launch's programs and ring steps per program on the CPU, and for Sol
+what pairing each head's query blocks by their routed blocks would make of them.
 
 Needs an sm_90 GPU and a Triton that builds the Hopper loop. ``--check`` only checks that
 every cut still applies to the loop's source (the CPU tests run it).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -201,11 +203,7 @@ def ring_steps(method, density, grid=GRID, heads=HEADS):
     statistically the GPU's."""
     import torch
 
-    import kernels
-    from benchmarks.workload import video_qkv
     from kernels.engine.hopper_loop import cover_steps, edge_cover_rows
-    from kernels.sol_reference import sol_block_selection
-    from kernels.sol_rules import sol_layout
 
     if method == "psa":
         mask = psa_mask(density, "cpu", grid, heads)
@@ -217,28 +215,74 @@ def ring_steps(method, density, grid=GRID, heads=HEADS):
                                 lay.tile[0]).float()
         tiles = -(-lay.block_tokens // 128)
         return lay.n_blocks * tiles * heads, (mask.to_dense()[0].float() @ per_block).mean().item()
-    q, k, v, _ = video_qkv(grid, heads, HEAD_DIM, seed=grid[0] * grid[1] * grid[2])
-    selected = sol_block_selection(q, k, v, beta=kernels.beta_for_density(density), grid=grid)[0]
-    lay = sol_layout(q.shape[1], grid)
+    selected, lay = sol_selection(density, grid, heads)
     steps = sol_stream_steps(selected, lay) + -(-lay.n_blocks // 128)  # the pooled chunks first
     return steps.numel(), steps.float().mean().item()
 
 
-def sol_stream_steps(selected, layout):
+@functools.lru_cache(maxsize=4)
+def sol_selection(density, grid=GRID, heads=HEADS):
+    """(Sol's routed blocks (heads, N, N) of the video-like inputs on the CPU, their layout)."""
+    import kernels
+    from benchmarks.workload import video_qkv
+    from kernels.sol_reference import sol_block_selection
+    from kernels.sol_rules import sol_layout
+
+    q, k, v, _ = video_qkv(grid, heads, HEAD_DIM, seed=grid[0] * grid[1] * grid[2])
+    selected = sol_block_selection(q, k, v, beta=kernels.beta_for_density(density), grid=grid)[0]
+    return selected, sol_layout(q.shape[1], grid)
+
+
+def sol_stream_steps(selected, layout, partners=None):
     """Steps of each Sol pair stream (heads, pairs) of a selection (heads, N, N): of the whole
     blocks, then of the blocks with padding keys, the blocks both items routed two a step,
-    then each item's own two a step (``pair_streams``' rule)."""
+    then each item's own two a step (``pair_streams``' rule). ``partners``: the loop's
+    (``pair_partners``), or pairs (heads, P, 2) of each head's own (``overlap_partners``)."""
     import torch
 
     from kernels.engine.pair_streams import padded_blocks, pair_partners
 
-    pairs = pair_partners(layout)
-    first = selected[:, pairs[:, 0]]
-    second = torch.where((pairs[:, 1] >= 0)[None, :, None], selected[:, pairs[:, 1].clamp_min(0)], False)
+    pairs = pair_partners(layout) if partners is None else partners
+    pairs = pairs.expand(selected.shape[0], -1, -1)
+    heads = torch.arange(selected.shape[0])[:, None]
+    first = selected[heads, pairs[..., 0]]
+    second = torch.where((pairs[..., 1] >= 0)[..., None], selected[heads, pairs[..., 1].clamp_min(0)], False)
     padded = padded_blocks(layout).to(first.device, torch.bool)
     return sum((n + 1) // 2 for part in (~padded, padded)
                for n in ((first & second & part).sum(-1), (first & ~second & part).sum(-1),
                          (second & ~first & part).sum(-1)))
+
+
+def overlap_partners(selected):
+    """Pairs (heads, ⌈N/2⌉, 2) of each head's query blocks by the routed blocks they share, a
+    block left over alone (-1): in rounds, each unpaired block picks the unpaired block it
+    shares most with, and blocks that pick each other pair up; what no round pairs goes two by
+    two in block order. What the fixed partners of ``pair_partners`` (neighbours in time) would
+    gain from pairing by the mask instead."""
+    import torch
+
+    heads, n, _ = selected.shape
+    index = torch.arange(n)
+    result = []
+    for routed in selected.float():
+        shared = routed @ routed.T
+        shared.fill_diagonal_(-1)
+        free = torch.ones(n, dtype=torch.bool)
+        pairs = []
+        while True:
+            pick = torch.where(free[:, None] & free[None, :], shared, -2.0).argmax(1)
+            mutual = free & (pick[pick] == index) & (index < pick)
+            if not mutual.any():
+                break
+            pairs.append(torch.stack([index[mutual], pick[mutual]], 1))
+            free[index[mutual]] = False
+            free[pick[mutual]] = False
+        rest = index[free]
+        pairs.append(rest[:len(rest) // 2 * 2].view(-1, 2))
+        if len(rest) % 2:
+            pairs.append(torch.tensor([[int(rest[-1]), -1]]))
+        result.append(torch.cat(pairs))
+    return torch.stack(result)
 
 
 def main(argv=None):
@@ -259,6 +303,11 @@ def main(argv=None):
     if args.steps:
         programs, steps = ring_steps(args.method, args.density)
         print(f"{args.method} at density {args.density}: {programs} programs, {steps:.1f} ring steps each")
+        if args.method == "sol":
+            selected, lay = sol_selection(args.density)
+            by_overlap = sol_stream_steps(selected, lay, overlap_partners(selected)).float().mean().item()
+            print(f"  each head's blocks paired by the routed blocks they share instead: "
+                  f"{by_overlap + -(-lay.n_blocks // 128):.1f} ring steps each")
         return programs, steps
     if args.check:
         print(f"{len(cuts)} {args.method} cuts apply to {os.path.relpath(LOOP_SOURCE, REPO)}")

@@ -114,6 +114,37 @@ def test_hopper_step_ablation_counts_the_loops_ring_steps():
     assert steps == pytest.approx(3 * mask.counts[..., 0].float().mean().item())
 
 
+def test_overlap_partners_pair_the_blocks_that_share_most_and_keep_every_block_once():
+    """``--steps``' alternative pairing: blocks routed alike pair up whatever their distance,
+    every block of a head is in one pair (an odd one alone, -1), and counting a stream of the
+    loop's own partners through ``partners`` gives the default count."""
+    import torch
+
+    from benchmarks import hopper_step_ablation as ablation
+    from kernels.engine.pair_streams import pair_partners
+    from kernels.sol_rules import sol_layout
+
+    lay = sol_layout(5 * 16 * 16, (5, 16, 16))  # 20 blocks, 4 a frame
+    n = lay.n_blocks
+    twins = [(0, 13), (1, 7), (2, 19), (3, 4)]  # far apart in time, routed alike
+    selected = torch.zeros(2, n, n, dtype=torch.bool)
+    for i in range(n):
+        selected[:, i, i] = True
+    for a, b in twins:
+        selected[0, a, 10 + a % 10: 14 + a % 10] = True
+        selected[0, b] = selected[0, a]
+    pairs = ablation.overlap_partners(selected)
+    assert pairs.shape == (2, n // 2, 2)
+    for head in pairs:
+        members = head[head >= 0].tolist()
+        assert sorted(members) == list(range(n))
+    assert {tuple(sorted(p)) for p in pairs[0].tolist()} >= set(twins)
+    fixed = pair_partners(lay)
+    assert torch.equal(ablation.sol_stream_steps(selected, lay, fixed.expand(2, -1, -1)),
+                       ablation.sol_stream_steps(selected, lay))
+    assert ablation.sol_stream_steps(selected, lay, pairs)[0].sum() < ablation.sol_stream_steps(selected, lay)[0].sum()
+
+
 # ---------------------------------------------------------------- bench_kernels.py
 
 @pytest.mark.parametrize("args, message", [
