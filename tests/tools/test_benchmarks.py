@@ -126,7 +126,7 @@ def test_overlap_partners_pair_the_blocks_that_share_most_and_keep_every_block_o
 
     lay = sol_layout(5 * 16 * 16, (5, 16, 16))  # 20 blocks, 4 a frame
     n = lay.n_blocks
-    twins = [(0, 13), (1, 7), (2, 19), (3, 4)]  # far apart in time, routed alike
+    twins = [(0, 13), (1, 7), (2, 19), (3, 4)]  # routed alike; none are the loop's partners (b = a + 4)
     selected = torch.zeros(2, n, n, dtype=torch.bool)
     for i in range(n):
         selected[:, i, i] = True
