@@ -59,7 +59,6 @@ from triton.experimental.gluon._runtime import GluonASTSource  # noqa: E402
 
 import kernels  # noqa: E402
 import kernels._checks as checks  # noqa: E402
-import kernels.engine.group_streams as group_streams  # noqa: E402
 import kernels.engine.hopper_loop as hopper_loop  # noqa: E402
 import kernels.engine.id_lists as id_lists  # noqa: E402
 import kernels.engine.launch_order as launch_order  # noqa: E402
@@ -200,7 +199,7 @@ FP8_KERNELS = ("_block_sparse_kernel", "_quantize_keys_kernel")
 KERNELS = ((portable, "_block_sparse_kernel"), (hopper_loop, "_ws_block_sparse_kernel"),
            (sol_gpu_routing, "_pool_kernel"), (sol_gpu_routing, "_route_kernel"),
            (id_lists, "_lists_from_bits_kernel"), (launch_order, "_heaviest_first_kernel"),
-           (pair_streams, "_pair_steps_kernel"), (group_streams, "_group_steps_kernel"), (quantize, "_key_sums_kernel"), (quantize, "_quantize_keys_kernel"))
+           (pair_streams, "_pair_steps_kernel"), (quantize, "_key_sums_kernel"), (quantize, "_quantize_keys_kernel"))
 
 
 def capture_launches(config, precisions=tuple(PRECISION_SUFFIXES)):

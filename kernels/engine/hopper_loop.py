@@ -46,7 +46,6 @@ kernel.
 
 import functools
 import math
-import os
 
 import torch
 from triton.experimental import gluon
@@ -65,7 +64,6 @@ from triton.language.core import base_value
 from .._device import triton_interpreting
 from .id_lists import id_lists
 from .launch_args import grid_geometry, strides
-from .group_streams import group_streams
 from .pair_streams import pair_streams
 from .quantize import code_range, code_scale, encode, quantize_query_tile
 from .tile_loop import tma_views
@@ -77,8 +75,6 @@ NEG_BIG = gl.constexpr(-1.0e30)  # finite stand-in for -inf in the running max (
 PRODUCER_REGS = gl.constexpr(24)  # a producer holds scalars only; the minimum setmaxnreg allows
 CONSUMER_REGS = gl.constexpr(240)  # two accumulators (64×D and 64×BLOCK_N fp32) and the softmax
 KERNEL_MAXNREG = 168  # 12 warps (3 warpgroups) × 168 registers fill the 64K register file
-THREE_CONSUMER_REGS = gl.constexpr(160)  # three consumer warpgroups and the producer's in 64K registers
-THREE_KERNEL_MAXNREG = 128  # 16 warps (4 warpgroups)
 
 
 # A scalar argument equal to 1 reaches the kernel as a constexpr (Triton's specialisation).
@@ -123,8 +119,6 @@ class LoopShape:
     GRID_PADDED: gl.constexpr
     EDGE_ROWS: gl.constexpr
     QUANTIZED: gl.constexpr
-    ITEMS: gl.constexpr
-    ONE_BLOCK: gl.constexpr
 
     @constexpr_function
     def __init__(self, **fields):
@@ -222,7 +216,7 @@ def _work_item(call, shape, c: gl.constexpr):
         n_extra = gl.where(live, gl.load(call.COUNTS + list_row * 2 + 1), 0)
         first_row = (work % call.tiles_per_block) * (2 * ROWS) + c * ROWS
     else:
-        work = gl.load(call.WORK + pid * shape.ITEMS + c)
+        work = gl.load(call.WORK + pid * 2 + c)
         live = work >= 0
         work = gl.maximum(work, 0)
         list_row = b.to(gl.int64) * call.list_batch_stride + pid
@@ -266,14 +260,6 @@ def _step_blocks(ids, t, n):
     second = _listed_block(ids, 2 * t + 1, 2 * n)
     empty = second < 0
     return first >> 2, gl.where(empty, first >> 2, second >> 2), empty, first & 3
-
-
-@gluon.jit
-def _group_step(ids, t, n):
-    """Step ``t`` of ``n`` of a Sol group stream (``group_streams.GroupStreams``): its key block
-    and its users (bit c: item c computes it). Read a step ahead of its use."""
-    entry = _listed_block(ids, t, n)
-    return entry >> 3, entry & 7
 
 
 @constexpr_function  # the host's rule and the kernel's loops count the same steps
@@ -459,31 +445,6 @@ def _produce_pair_step(call, ring, shape, blocks, k_at, v_at, slot, phase):
 
 
 @gluon.jit
-def _produce_block(call, shape, grid_desc, seq_desc, at, blk, ring_buf, slot, bar):
-    """Key block ``blk`` (64 keys) of a Sol group step into ring slot ``slot``: a grid box, or
-    for an extra (text) block a sequence box."""
-    hb, col = at
-    extra = False
-    if shape.HAS_EXTRA:
-        extra = blk >= call.n_grid_blocks
-    if extra:
-        row = call.n_grid_tokens + (blk - call.n_grid_blocks) * shape.BLOCK_TOKENS
-        _produce_into(seq_desc, [hb, row, col], ring_buf, slot, bar)
-    else:
-        t0, h0, w0 = _box_corner(blk, 0, shape)
-        _produce_into(grid_desc, [hb, t0, h0, w0, col], ring_buf, slot, bar)
-
-
-@gluon.jit
-def _produce_group_step(call, ring, shape, blk, k_at, v_at, slot, phase):
-    """The key block of a Sol group step into ring slot ``slot``."""
-    k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
-    mbarrier.wait(ring.empty.index(slot), phase ^ 1)
-    _produce_block(call, shape, call.k_grid, call.k_seq, k_at, blk, k_slots, k_slot, ring.k_ready.index(slot))
-    _produce_block(call, shape, call.v_grid, call.v_seq, v_at, blk, ring.v_ring, slot, ring.v_ready.index(slot))
-
-
-@gluon.jit
 def _produce_cover_boxes(call, ring, corner, origins, k_at, v_at, slot, A0: gl.constexpr, A1: gl.constexpr):
     """Two half-slot boxes of an edge block into ring slot ``slot``: from ``origins`` (frame
     and row of each in its tile, ``_cover_origins``), of kinds ``A0`` and ``A1`` (1: a row
@@ -565,16 +526,7 @@ def _producer(call, ring, shape):
                           ring, slot, phase)
             i += 1
     SUB: gl.constexpr = shape.TILE_T // shape.SUB_T
-    if shape.ONE_BLOCK:
-        # Sol: the group stream's steps, one key block each (text blocks among them).
-        step_next = _group_step(ids, 0, n_grid)
-        for t in range(n_grid):
-            blk, _ = step_next
-            step_next = _group_step(ids, t + 1, n_grid)
-            slot, phase = _ring_slot(shape, i)
-            _produce_group_step(call, ring, shape, blk, (k_b, k_col), (v_b, v_col), slot, phase)
-            i += 1
-    elif not shape.SHARED_LIST:
+    if not shape.SHARED_LIST:
         # Sol: the pair stream's steps, two key blocks each (text blocks among them).
         step_next = _step_blocks(ids, 0, n_grid)
         for t in range(n_grid):
@@ -629,7 +581,6 @@ class Consumer:
 
     c: gl.constexpr
     BLOCK_N: gl.constexpr
-    HALVES: gl.constexpr
     s_layout: gl.constexpr
     code_layout: gl.constexpr
     code_acc: gl.constexpr
@@ -683,11 +634,8 @@ def _attend(state, qk, ring, slot, phase, bias, scales, me):
     # does not have to spare).
     first, second = scales
     s = gl.convert_layout(s, me.s_layout).to(gl.float32)
-    if me.HALVES:
-        in_first = gl.arange(0, me.BLOCK_N, layout=gl.SliceLayout(0, me.s_layout)) < me.BLOCK_N // 2
-        s = gl.where(in_first[None, :], s * first, s * second)
-    else:
-        s = s * first
+    in_first = gl.arange(0, me.BLOCK_N, layout=gl.SliceLayout(0, me.s_layout)) < me.BLOCK_N // 2
+    s = gl.where(in_first[None, :], s * first, s * second)
     m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, 1.0, me)
     p_op = gl.convert_layout(p.to(v_buf.dtype), me.p_layout)
     mbarrier.wait(ring.v_ready.index(slot), phase)
@@ -839,19 +787,6 @@ def _pair_step_bias(call, shape, blk0, blk1, empty1, offs_n, WHOLE: gl.constexpr
 
 
 @gluon.jit
-def _block_bias(call, shape, blk, offs_n, WHOLE: gl.constexpr):
-    """The key bias of a Sol group step (one 64-key block), per slot column: 0, or unless the
-    step holds a whole block (``WHOLE``) -inf on its padding keys (``key_bits``)."""
-    if (shape.GRID_PADDED or shape.HAS_EXTRA) and not WHOLE:
-        words = call.KEY_BITS + 2 * blk
-        word = gl.where(offs_n >= 32, gl.load(words + 1), gl.load(words))
-        ok = ((word >> (offs_n % 32)) & 1) != 0
-    else:
-        ok = offs_n >= 0
-    return gl.where(ok, 0.0, float("-inf"))
-
-
-@gluon.jit
 def _grid_box_bias(call, corner, box_t, box_h, box_w):
     """The key bias of a grid box from ``corner`` whose keys lie ``box_t``, ``box_h``, ``box_w``
     from it: -inf past the grid, else 0."""
@@ -912,16 +847,6 @@ def _pooled_bias(call, bits, chunk, offs_n, BLOCK_N: gl.constexpr):
 
 
 @gluon.jit
-def _query_rows(call, shape, qblk, first_row, live, layout: gl.constexpr):
-    """The token rows of a consumer's 64 query rows through the slot map (int64, in ``layout``)
-    and which hold tokens (padding: read as zeros, never stored)."""
-    local = first_row + gl.arange(0, ROWS, layout=layout)
-    slots = gl.load(call.ROW_MAP + qblk * shape.BLOCK_TOKENS + local, mask=live & (local < shape.BLOCK_TOKENS),
-                    other=-1)
-    return gl.maximum(slots, 0).to(gl.int64), slots >= 0
-
-
-@gluon.jit
 def _consumer(call, ring, shape, c: gl.constexpr):
     """64 query rows of consumer ``c``'s work item: every listed tile, then the output."""
     b = gl.program_id(1)
@@ -946,10 +871,16 @@ def _consumer(call, ring, shape, c: gl.constexpr):
     load_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
 
-    rows, rows_ok = _query_rows(call, shape, qblk, first_row, live, gl.SliceLayout(1, load_layout))
+    # The query rows, through the slot map (-1: padding, read as zeros and never stored).
+    local = first_row + gl.arange(0, ROWS, layout=gl.SliceLayout(1, load_layout))
+    slots = gl.load(call.ROW_MAP + qblk * shape.BLOCK_TOKENS + local, mask=live & (local < shape.BLOCK_TOKENS),
+                    other=-1)
+    rows_ok = slots >= 0
+    rows = gl.maximum(slots, 0).to(gl.int64)
     offs_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, load_layout))
     q_base = call.Q + b.to(gl.int64) * call.stride_qb + h.to(gl.int64) * call.stride_qh
     q = gl.load(q_base + rows[:, None] * call.stride_qn + offs_d[None, :], mask=rows_ok[:, None], other=0.0)
+    q_nan = gl.max((q != q).to(gl.int32), 1) > 0
     q_smem = ring.q_bufs.index(c)
     score_scale = call.qk_scale_log2
     k_scales = call.K_SCALES
@@ -967,7 +898,7 @@ def _consumer(call, ring, shape, c: gl.constexpr):
 
     ids = call.IDS + list_row * call.list_stride
     offs_n = gl.arange(0, BLOCK_N, layout=col_layout)
-    me = Consumer(c=c, BLOCK_N=BLOCK_N, HALVES=not (shape.SHARED_LIST or shape.ONE_BLOCK), s_layout=s_layout, code_layout=code_layout,
+    me = Consumer(c=c, BLOCK_N=BLOCK_N, s_layout=s_layout, code_layout=code_layout,
                   code_acc=gl.int32 if call.k_grid.dtype == gl.int8 else gl.float32, acc_layout=acc_layout,
                   p_layout=p_layout, qk_scale_log2=call.qk_scale_log2)
     state = (gl.zeros([ROWS, HEAD_DIM], gl.float32, acc_layout),
@@ -1029,34 +960,11 @@ def _consumer(call, ring, shape, c: gl.constexpr):
             slot, phase = _ring_slot(shape, i)
             state = _attend_in_turn(state, q_smem, ring, slot, phase, bias, block_scale, me)
             i += 1
-    elif shape.ONE_BLOCK:
-        # Sol: the group stream's steps, one key block each.
-        q_codes = q_smem
-        if shape.QUANTIZED:
-            rows, rows_ok = _query_rows(call, shape, qblk, first_row, live, gl.SliceLayout(1, load_layout))
-            q_codes, q_scale = _store_query_codes(call, ring, c, q_base, rows, rows_ok, offs_d)
-            score_scale = q_scale * call.qk_scale_log2
-        bounds = (0, n_extra, n_grid)
-        step_next = _group_step(ids, 0, n_grid)
-        for part in gl.static_range(2):
-            for t in range(bounds[part], bounds[part + 1]):
-                blk, users = step_next
-                step_next = _group_step(ids, t + 1, n_grid)
-                bias = _block_bias(call, shape, blk, offs_n, part == 0)
-                slot, phase = _ring_slot(shape, i)
-                k_slots, k_slot = _exact_key_slots(ring, shape, call.k_grid.dtype, slot)
-                scale = score_scale
-                if shape.QUANTIZED:
-                    scale = score_scale * gl.load(k_scales + blk)
-                state = _stream_step(state, (q_codes, k_slots.index(k_slot)), ring, slot, phase, bias, (scale, scale),
-                                     me, users)
-                i += 1
     else:
         # Sol: the pair stream's steps, a key block in each half of the slot (with quantized
         # keys, each half's scores times its block's scale).
         q_codes = q_smem
         if shape.QUANTIZED:
-            rows, rows_ok = _query_rows(call, shape, qblk, first_row, live, gl.SliceLayout(1, load_layout))
             q_codes, q_scale = _store_query_codes(call, ring, c, q_base, rows, rows_ok, offs_d)
             score_scale = q_scale * call.qk_scale_log2
         # The steps of whole blocks come first (``pair_streams``: the stream's second count),
@@ -1091,19 +999,16 @@ def _consumer(call, ring, shape, c: gl.constexpr):
         acc, l_i = _last_pv_in_turn(state, ring, c)
     else:
         acc, m_i, l_i = state
-    # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out. The rows and
-    # the NaN test are read again here rather than kept through the loop (registers); q only
-    # for the empty rows.
+    # A row with no term at all is zero, unless its query is NaN: NaN in, NaN out.
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
     l_acc = gl.convert_layout(l_i, row_layout)
     empty_row = l_acc == 0
     out = acc / gl.where(empty_row, 1.0, l_acc)[:, None]
-    out_rows, out_ok = _query_rows(call, shape, qblk, first_row, live, row_layout)
-    out_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
-    q_empty = gl.load(q_base + out_rows[:, None] * call.stride_qn + out_d[None, :],
-                      mask=(out_ok & empty_row)[:, None], other=0.0)
-    nan_row = gl.max((q_empty != q_empty).to(gl.int32), 1) > 0
+    nan_row = empty_row & gl.convert_layout(q_nan, row_layout)
     out = gl.where(nan_row[:, None], float("nan"), out)
+    out_rows = gl.convert_layout(rows, row_layout)
+    out_ok = gl.convert_layout(rows_ok, row_layout)
+    out_d = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
     o_base = call.O + b.to(gl.int64) * call.stride_ob + h.to(gl.int64) * call.stride_oh
     gl.store(o_base + out_rows[:, None] * call.stride_on + out_d[None, :], out.to(call.O.dtype.element_ty),
              mask=out_ok[:, None])
@@ -1121,7 +1026,7 @@ def _ws_block_sparse_kernel(
     GRID_HW: gl.constexpr, GRID_W: gl.constexpr, STAGES: gl.constexpr,
     SHARED_LIST: gl.constexpr, K_HEADS_IN_COLUMNS: gl.constexpr, V_HEADS_IN_COLUMNS: gl.constexpr,
     POOLED: gl.constexpr, HAS_EXTRA: gl.constexpr, GRID_PADDED: gl.constexpr, EDGE_ROWS: gl.constexpr,
-    QUANTIZED: gl.constexpr, ITEMS: gl.constexpr, ONE_BLOCK: gl.constexpr,
+    QUANTIZED: gl.constexpr,
 ):
     # The query tiles and K ring hold QKᵀ's operands: the input dtype, or the key codes' (PSA's
     # QUANTIZED calls; Sol's pooled chunks keep them in the input dtype). PV's: the input dtype.
@@ -1131,7 +1036,7 @@ def _ws_block_sparse_kernel(
     k_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], qk_dtype)
     v_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([BLOCK_N, HEAD_DIM], v_dtype)
     slot_barriers: gl.constexpr = [STAGES, 1]
-    ring = Ring(q_bufs=gl.allocate_shared_memory(qk_dtype, [ITEMS, ROWS, HEAD_DIM], q_layout),
+    ring = Ring(q_bufs=gl.allocate_shared_memory(qk_dtype, [2, ROWS, HEAD_DIM], q_layout),
                 k_ring=gl.allocate_shared_memory(qk_dtype, [STAGES, BLOCK_N, HEAD_DIM], k_layout),
                 v_ring=gl.allocate_shared_memory(v_dtype, [STAGES, BLOCK_N, HEAD_DIM], v_layout),
                 k_ready=gl.allocate_shared_memory(gl.int64, slot_barriers, mbarrier.MBarrierLayout()),
@@ -1143,13 +1048,12 @@ def _ws_block_sparse_kernel(
     for s in gl.static_range(STAGES):
         mbarrier.init(ring.k_ready.index(s), count=1)
         mbarrier.init(ring.v_ready.index(s), count=1)
-        mbarrier.init(ring.empty.index(s), count=ITEMS)  # free again once every consumer is done with it
+        mbarrier.init(ring.empty.index(s), count=2)  # free again once both consumers are done with it
     shape = LoopShape(HEAD_DIM=HEAD_DIM, BLOCK_N=BLOCK_N, BLOCK_TOKENS=BLOCK_TOKENS, TILE_T=TILE_T, TILE_H=TILE_H,
                       TILE_W=TILE_W, SUB_T=SUB_T, GRID_HW=GRID_HW, GRID_W=GRID_W, STAGES=STAGES,
                       SHARED_LIST=SHARED_LIST, K_HEADS_IN_COLUMNS=K_HEADS_IN_COLUMNS,
                       V_HEADS_IN_COLUMNS=V_HEADS_IN_COLUMNS, POOLED=POOLED, HAS_EXTRA=HAS_EXTRA,
-                      GRID_PADDED=GRID_PADDED, EDGE_ROWS=EDGE_ROWS, QUANTIZED=QUANTIZED, ITEMS=ITEMS,
-                      ONE_BLOCK=ONE_BLOCK)
+                      GRID_PADDED=GRID_PADDED, EDGE_ROWS=EDGE_ROWS, QUANTIZED=QUANTIZED)
     call = LoopCall(
         Q=Q, O=O, WORK=WORK, COUNTS=COUNTS, IDS=IDS, ROW_MAP=ROW_MAP, LENGTHS=LENGTHS, KEY_BITS=KEY_BITS,
         LOG2_LEN=LOG2_LEN, ROUTED_BITS=ROUTED_BITS, K_SCALES=K_SCALES, k_grid=K_GRID, v_grid=V_GRID, k_seq=K_SEQ,
@@ -1162,14 +1066,9 @@ def _ws_block_sparse_kernel(
         tokens_w=tokens_w,
         qk_scale_log2=qk_scale_log2)
     # Consumer 0 is the default partition (it runs in the kernel's 4 warps).
-    if ITEMS == 3:
-        gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
-                            (_consumer, (call, ring, shape, 2)), (_producer, (call, ring, shape))],
-                           [4, 4, 1], [THREE_CONSUMER_REGS, THREE_CONSUMER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
-                            (_producer, (call, ring, shape))],
-                           [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    gl.warp_specialize([(_consumer, (call, ring, shape, 0)), (_consumer, (call, ring, shape, 1)),
+                        (_producer, (call, ring, shape))],
+                       [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # Shared memory a launch may fill (of the 227 KB a block may ask for on sm_90), leaving room
@@ -1178,15 +1077,15 @@ SHARED_MEMORY_BUDGET = 232448 - 2048
 
 
 def ring_stages(block_m: int, block_n: int, head_dim: int, element_size: int, most: int,
-                key_size: int | None = None, items: int = 2) -> int:
+                key_size: int | None = None) -> int:
     """Slots of the key ring: as many as fit beside the two 64-row query tiles, at most ``most``
     (the configuration's ``num_stages``) per work item: Sol's two items of a program share
     the ring, so with 64-row tiles it has twice that. ``element_size``: bytes of a value (and
     of a key and a query, unless ``key_size`` gives those: 1 for 8-bit codes)."""
     key_size = element_size if key_size is None else key_size
     slot = block_n * head_dim * (key_size + element_size)  # a K and a V tile
-    free = SHARED_MEMORY_BUDGET - items * ROWS.value * head_dim * key_size
-    return max(0, min(most * (1 if block_m == 128 else items), free // slot))
+    free = SHARED_MEMORY_BUDGET - 2 * ROWS.value * head_dim * key_size
+    return max(0, min(most * (1 if block_m == 128 else 2), free // slot))
 
 
 def ws_supported(q, k, v, layout, block_m: int, sub_frames, num_stages: int, pooled: bool,
@@ -1337,17 +1236,13 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, b
     lay = mask.layout
     B, L, H, D = q.shape
     shared = block_m == 128
-    streams_mode = os.environ.get("SVATTN_SOL_STREAMS", "pairs")
-    items = 2 if shared or streams_mode == "pairs" else int(streams_mode)
-    one_block = not shared and streams_mode != "pairs"
-    block_n = 64 if one_block else step_keys(block_m, sub_frames * lay.tile[1] * lay.tile[2])
+    block_n = step_keys(block_m, sub_frames * lay.tile[1] * lay.tile[2])
     edge_rows = edge_cover_rows(lay, sub_frames) if shared else 0
     cover = edge_rows > 0
     k_read = k if keys is None else keys.codes
     k_grid, k_seq, k_half, k_row, k_cols = _descriptors(k_read, lay, sub_frames, block_n, cover,
-                                                        halves=not (shared or one_block))
-    v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover,
-                                                        halves=not (shared or one_block))
+                                                        halves=not shared)
+    v_grid, v_seq, v_half, v_row, v_cols = _descriptors(v, lay, sub_frames, block_n, cover, halves=not shared)
     if pooled is not None:
         k_pool, v_pool = _pool_descriptor(pooled.k_mean, block_n), _pool_descriptor(pooled.v_mean, block_n)
         # The bitmap as 32-bit words (little-endian: the low half of a 64-bit word first).
@@ -1363,13 +1258,13 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, b
                        GRID_PADDED=_cut_in_frames_or_columns(lay) if cover else lay.padded, EDGE_ROWS=edge_rows,
                        **grid_geometry(lay))
     key_size = q.element_size() if pooled is not None else k_read.element_size()  # Sol's ring: the input dtype
-    stages = ring_stages(block_m, block_n, D, q.element_size(), num_stages, key_size=key_size, items=items)
-    shape_args = dict(HEAD_DIM=D, BLOCK_N=block_n, SUB_T=sub_frames, STAGES=stages, ITEMS=items, ONE_BLOCK=one_block,
+    stages = ring_stages(block_m, block_n, D, q.element_size(), num_stages, key_size=key_size)
+    shape_args = dict(HEAD_DIM=D, BLOCK_N=block_n, SUB_T=sub_frames, STAGES=stages,
                       SHARED_LIST=shared, K_HEADS_IN_COLUMNS=k_cols, V_HEADS_IN_COLUMNS=v_cols,
                       POOLED=pooled is not None, QUANTIZED=keys is not None)
 
     def launch(work, counts, ids, list_batch_stride, tiles_per_block):
-        _ws_block_sparse_kernel[(work.shape[0] // (1 if shared else items), B)](
+        _ws_block_sparse_kernel[(work.shape[0] // (1 if shared else 2), B)](
             Q=q, O=out, **descriptors, WORK=work, COUNTS=counts, IDS=ids, LOG2_LEN=log2_len, ROUTED_BITS=bits,
             K_SCALES=lay.lengths if keys is None else keys.scales,  # unused without quantized keys
             **strides(q=q, o=out), **layout_args, **shape_args,
@@ -1377,18 +1272,12 @@ def ws_block_sparse_attention(q, k, v, mask, *, scale, out, head_base, pooled, b
             list_batch_stride=list_batch_stride, list_stride=ids.shape[-1],
             bits_batch_stride=items_per_batch, bits_stride=bits.shape[-1],
             num_heads=H, group_heads=mask.num_heads, qk_scale_log2=scale * math.log2(math.e),
-            num_warps=4, maxnreg=THREE_KERNEL_MAXNREG if items == 3 else KERNEL_MAXNREG,
+            num_warps=4, maxnreg=KERNEL_MAXNREG,
         )
 
     if shared:  # PSA: a program per 128-row query tile, its block's list
         lists = id_lists(mask, block_m)
         launch(lists.work, mask.counts, lists.ids, items_per_batch, lists.tiles_per_block)
-        return out
-    if one_block:  # Sol: a program per group of query blocks, their stream of one block a step
-        groups = group_streams(mask, items)
-        per_head = launch_per_head(q.device, L * D * (k.element_size() + v.element_size()))
-        for part in groups.per_head(mask.num_heads) if per_head else (groups,):
-            launch(part.work, part.counts, part.entries, part.batch_stride, 1)
         return out
     # Sol: a program per pair of query blocks, their stream.
     streams = pair_streams(mask)

@@ -6,8 +6,8 @@
 - :func:`work_by_count` (device, for a mask of one call): head by head, each head's query
   blocks heaviest first (the longest tiles first: 3-7 % faster than block order with Sol's
   64-row tiles on the H200); entries head · NB + query block.
-- :func:`heaviest_first` (device): the same ranking for programs of several query blocks
-  (the Hopper loop's pairs and groups, ``pair_streams``, ``group_streams``).
+- :func:`heaviest_first` (device): the same ranking for programs of up to two query blocks
+  (the Hopper loop's pairs, ``pair_streams``).
 
 The device orders read no count back to the host, so a call never synchronises the device.
 """
@@ -57,19 +57,19 @@ def _summed_loads(COUNTS, items, counts_batch_stride, head_row, batch):
 
 
 @triton.jit
-def _program_cost(COUNTS, PARTNERS, programs, n_programs, counts_batch_stride, head_row, batch, WIDTH: tl.constexpr):
+def _program_cost(COUNTS, PARTNERS, programs, n_programs, counts_batch_stride, head_row, batch):
     ok = programs < n_programs
-    cost = tl.zeros(programs.shape, dtype=tl.int32)
-    for c in tl.static_range(WIDTH):
-        item = tl.load(PARTNERS + programs * WIDTH + c, mask=ok, other=-1).to(tl.int32)
-        cost += _summed_loads(COUNTS, item, counts_batch_stride, head_row, batch)
-    return cost, ok
+    first = tl.load(PARTNERS + programs * 2, mask=ok, other=-1).to(tl.int32)
+    second = tl.load(PARTNERS + programs * 2 + 1, mask=ok, other=-1).to(tl.int32)
+    cost = (_summed_loads(COUNTS, first, counts_batch_stride, head_row, batch)
+            + _summed_loads(COUNTS, second, counts_batch_stride, head_row, batch))
+    return first, second, cost, ok
 
 
 @triton.jit
 def _heaviest_first_kernel(
     COUNTS, PARTNERS, WORK, n_programs, num_blocks, batch, counts_batch_stride,
-    ROWS: tl.constexpr, CHUNK: tl.constexpr, WIDTH: tl.constexpr,
+    ROWS: tl.constexpr, CHUNK: tl.constexpr, PAIRED: tl.constexpr,
 ):
     # A stable descending sort of each head's programs by cost, as ranks: a program's place is
     # the number of programs that cost more, or as much and come before it. One launch in
@@ -77,46 +77,49 @@ def _heaviest_first_kernel(
     h = tl.program_id(1)
     head_row = h * num_blocks
     mine = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    cost, ok = _program_cost(COUNTS, PARTNERS, mine, n_programs, counts_batch_stride, head_row, batch, WIDTH)
+    first, second, cost, ok = _program_cost(COUNTS, PARTNERS, mine, n_programs, counts_batch_stride, head_row,
+                                            batch)
     rank = tl.zeros([ROWS], dtype=tl.int32)
     for j0 in range(0, n_programs, CHUNK):
         other = j0 + tl.arange(0, CHUNK)
-        other_cost, other_ok = _program_cost(COUNTS, PARTNERS, other, n_programs, counts_batch_stride, head_row,
-                                             batch, WIDTH)
+        _, _, other_cost, other_ok = _program_cost(COUNTS, PARTNERS, other, n_programs, counts_batch_stride,
+                                                   head_row, batch)
         ahead = ((other_cost[None, :] > cost[:, None])
                  | ((other_cost[None, :] == cost[:, None]) & (other[None, :] < mine[:, None])))
         rank += tl.sum((ahead & other_ok[None, :]).to(tl.int32), 1)
     place = h * n_programs + rank
-    for c in tl.static_range(WIDTH):
-        item = tl.load(PARTNERS + mine * WIDTH + c, mask=ok, other=-1).to(tl.int32)
-        tl.store(WORK + place * WIDTH + c, tl.where(item >= 0, item + head_row, -1), mask=ok)
+    if PAIRED:
+        tl.store(WORK + place * 2, tl.where(first >= 0, first + head_row, -1), mask=ok)
+        tl.store(WORK + place * 2 + 1, tl.where(second >= 0, second + head_row, -1), mask=ok)
+    else:
+        tl.store(WORK + place, first + head_row, mask=ok)
 
 
 def work_by_count(counts: torch.Tensor) -> torch.Tensor:
     """Launch order of a mask's one-tile query blocks, int32 entries head · N + query block:
     head by head, each head's query blocks heaviest first by their ``counts`` (B, H, N, 2)
     summed over the batch. On the device, without a host sync."""
-    return heaviest_first(counts, _single_blocks(counts.shape[2], str(counts.device)))
+    return heaviest_first(counts, _single_blocks(counts.shape[2], str(counts.device)), paired=False)
 
 
 @functools.lru_cache(maxsize=64)
 def _single_blocks(num_blocks: int, device_str: str) -> torch.Tensor:
-    """(N, 1) partners of ``work_by_count``: every block alone."""
-    return torch.arange(num_blocks)[:, None].to(device_str)
+    """(N, 2) partners of ``work_by_count``: every block alone."""
+    blocks = torch.arange(num_blocks)
+    return torch.stack([blocks, torch.full_like(blocks, -1)], -1).to(device_str)
 
 
-def heaviest_first(counts: torch.Tensor, partners: torch.Tensor) -> torch.Tensor:
-    """int32 (Hg·P·W,): each head's programs (``partners``, (P, W) query blocks, -1 for none)
-    heaviest first by their blocks' counts (B, Hg, N, 2) summed over the batch, ties in program
-    order; entries head · N + query block, W a program."""
+def heaviest_first(counts: torch.Tensor, partners: torch.Tensor, *, paired: bool) -> torch.Tensor:
+    """int32 (Hg·P·2,) or, unpaired, (Hg·P,): each head's programs (``partners``, (P, 2) query
+    blocks, -1 for none) heaviest first by their blocks' counts (B, Hg, N, 2) summed over the
+    batch, ties in program order; entries head · N + query block."""
     counts = counts.contiguous()
-    partners = partners.contiguous()
     B, Hg, n, _ = counts.shape
-    P, width = partners.shape
-    work = torch.empty(Hg * P * width, device=counts.device, dtype=torch.int32)
+    P = partners.shape[0]
+    work = torch.empty(Hg * P * (2 if paired else 1), device=counts.device, dtype=torch.int32)
     with device_guard(counts):
         _heaviest_first_kernel[(triton.cdiv(P, ORDER_ROWS), Hg)](
             COUNTS=counts, PARTNERS=partners, WORK=work, n_programs=P, num_blocks=n, batch=B,
-            counts_batch_stride=counts.stride(0), ROWS=ORDER_ROWS, CHUNK=ORDER_CHUNK, WIDTH=width,
+            counts_batch_stride=counts.stride(0), ROWS=ORDER_ROWS, CHUNK=ORDER_CHUNK, PAIRED=paired,
         )
     return work

@@ -200,7 +200,7 @@ def pair_work(counts: torch.Tensor, layout: BlockLayout) -> torch.Tensor:
     """``PairStreams.work`` of a routed mask's ``counts`` (B, Hg, N, 2): head by head, each head's
     pairs heaviest first by their items' blocks (summed over the batch), so a program's SM
     time follows its work (as ``work_by_count``). On the device, without a host sync."""
-    return heaviest_first(counts, pair_partners(layout))
+    return heaviest_first(counts, pair_partners(layout), paired=True)
 
 
 @functools.lru_cache(maxsize=64)
