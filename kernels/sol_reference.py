@@ -73,11 +73,26 @@ def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile
     precision = check_precision(precision, choices=KERNEL_PRECISIONS)
     layout, forced, beta, scale = check_sol_call(q, k, v, beta=beta, estimator=estimator, grid=grid, tile=tile,
                                                  sinks=sinks, scale=scale, for_kernel=False)
-    B, L, H, D = q.shape
-    q_mean, k_mean, v_mean = (pooled_means(x, layout) for x in (q, k, v))
+    q_mean, k_mean = pooled_means(q, layout), pooled_means(k, layout)
     tau = block_thresholds(q_mean, k_mean, beta, estimator, scale)
     selection = _selection(q_mean, k_mean, tau, forced, scale)
+    out = sol_output_for_selection(q, k, v, selection, layout, scale, precision)
+    if return_stats:
+        return out, {"density": selection.float().mean(dim=(-1, -2)),
+                     "exact_blocks": selection.sum(-1, dtype=torch.int32)}
+    return out
 
+
+def sol_output_for_selection(q, k, v, selection, layout, scale, precision="bf16"):
+    """Sol-Attn's output (float32 math, q's dtype) for a given exact-block ``selection`` (B, H,
+    N, N) over ``layout``'s blocks: the exact blocks' tokens and every other block's pooled
+    entry in one softmax (the module's rule). ``sol_attention_reference`` routes, then calls
+    this; a study of another routing rule calls it with its own selection."""
+    B, L, H, D = q.shape
+    if selection.dtype != torch.bool or tuple(selection.shape) != (B, H, layout.n_blocks, layout.n_blocks):
+        raise ValueError(f"sol_output_for_selection: selection must be bool (B, H, N, N) = "
+                         f"{(B, H, layout.n_blocks, layout.n_blocks)}, got {selection.dtype} {tuple(selection.shape)}")
+    k_mean, v_mean = pooled_means(k, layout), pooled_means(v, layout)
     blocks = layout.token_blocks()
     qf, kf, vf = (t.float().transpose(1, 2) for t in (q, k, v))  # (B, H, L, D)
     codes = QuantizedOperands.of(q, k, layout, precision) if precision in QUANTIZED_PRECISIONS else None
@@ -98,8 +113,4 @@ def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile
         empty = (logits == float("-inf")).all(dim=-1, keepdim=True) & ~qf[:, :, r0:r1].isnan().any(-1, keepdim=True)
         p = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
         out[:, :, r0:r1] = p[..., :L] @ vf + p[..., L:] @ v_pool
-    out = out.transpose(1, 2).to(q.dtype)
-    if return_stats:
-        return out, {"density": selection.float().mean(dim=(-1, -2)),
-                     "exact_blocks": selection.sum(-1, dtype=torch.int32)}
-    return out
+    return out.transpose(1, 2).to(q.dtype)

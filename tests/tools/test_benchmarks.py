@@ -576,3 +576,39 @@ def test_e2e_run_names_its_files_by_the_gpu(tmp_path, gpu_name, tag):
     r = subprocess.run([shutil.which("bash"), "-c", function + "gpu_tag"], env={"PATH": str(bin_dir)},
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stdout == tag + "\n", (r.stdout, r.stderr)
+
+
+# ---------------------------------------------------------------- sol_query_routing.py
+
+def test_query_routing_rows_at_equal_density_and_the_64_row_arm_is_the_reference(tmp_path, capsys):
+    """Both routings meet the calibrated density; the 64-row arm is Sol-Attn's own reference at
+    the same β, and the 128-row arm routes each pair of query blocks as one."""
+    import kernels
+    from benchmarks import sol_query_routing as study
+    from benchmarks.fidelity import aggregate, dense_attention, head_errors
+    from benchmarks.workload import video_qkv
+
+    out = tmp_path / "q128.json"
+    args = ["--grid", "4", "16", "16", "--heads", "2", "--head-dim", "32", "--device", "cpu", "--densities", "0.25"]
+    rows = study.main(args + ["--out", str(out)])["rows"]
+    assert json.loads(out.read_text())["rows"] == rows
+    assert [r["query_rows"] for r in rows] == [64, 128]
+    for r in rows:
+        assert abs(r["density"] - 0.25) < 0.05 and 0 < r["rel_l2"] < 1, r
+    q, k, v, kinds = video_qkv((4, 16, 16), 2, 32, seed=0, dtype=torch.float32)
+    ref = kernels.sol_attention_reference(q, k, v, beta=rows[0]["beta"], grid=(4, 16, 16))
+    assert aggregate(head_errors(ref, dense_attention(q, k, v)), kinds)["overall"]["rel_l2"] == rows[0]["rel_l2"]
+    routing = study.Routing(q, k, (4, 16, 16))
+    paired = routing.selection(128, rows[1]["beta"])
+    assert torch.equal(paired[:, :, routing.first[routing.has_second]], paired[:, :, routing.second])
+    assert "--densities" in usage_error(study.main, tmp_path, capsys, "--densities", "1.5")
+
+
+def test_a_selection_of_the_wrong_shape_is_refused_by_name():
+    from kernels.sol_reference import sol_output_for_selection
+    from kernels.sol_rules import sol_layout
+
+    q = torch.randn(1, 256, 2, 32)
+    lay = sol_layout(256, (1, 16, 16))
+    with pytest.raises(ValueError, match="selection must be bool"):
+        sol_output_for_selection(q, q, q, torch.ones(1, 2, 3, 3, dtype=torch.bool), lay, 0.2)
