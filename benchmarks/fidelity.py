@@ -116,11 +116,16 @@ def run_sol(q, k, v, beta, blocks, precision="bf16"):
 
 def calibrated_beta(q, k, v, target_density: float, blocks: dict, iters: int = 30) -> float:
     """β whose Sol selection has mean density (over batch and heads) closest to the target."""
+    return bisect_beta(lambda beta: kernels.sol_block_selection(q, k, v, beta=beta, **blocks).float().mean().item(),
+                       target_density, iters)
+
+
+def bisect_beta(density_of, target_density: float, iters: int = 30) -> float:
+    """β in [-1, 4] where ``density_of(β)`` (falling as β rises) meets the target, by bisection."""
     lo, hi = -1.0, 4.0
     for _ in range(iters):
         mid = 0.5 * (lo + hi)
-        dens = kernels.sol_block_selection(q, k, v, beta=mid, **blocks).float().mean().item()
-        if dens > target_density:
+        if density_of(mid) > target_density:
             lo = mid
         else:
             hi = mid

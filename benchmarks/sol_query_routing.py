@@ -24,7 +24,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from benchmarks.fidelity import aggregate, dense_attention, head_errors  # noqa: E402
+from benchmarks.fidelity import aggregate, bisect_beta, dense_attention, head_errors  # noqa: E402
 from benchmarks.results_file import write_results  # noqa: E402
 from benchmarks.workload import video_qkv  # noqa: E402
 from kernels.engine.pair_streams import pair_partners  # noqa: E402
@@ -67,15 +67,8 @@ class Routing:
         selection[:, :, self.second] = chosen[:, :, self.has_second]
         return selection
 
-    def calibrated_beta(self, rows: int, target: float, iters: int = 30) -> float:
-        lo, hi = -1.0, 4.0
-        for _ in range(iters):
-            mid = 0.5 * (lo + hi)
-            if self.selection(rows, mid).float().mean().item() > target:
-                lo = mid
-            else:
-                hi = mid
-        return 0.5 * (lo + hi)
+    def calibrated_beta(self, rows: int, target: float) -> float:
+        return bisect_beta(lambda beta: self.selection(rows, beta).float().mean().item(), target)
 
 
 def main(argv=None):
