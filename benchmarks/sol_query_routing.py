@@ -28,8 +28,8 @@ from benchmarks.fidelity import aggregate, bisect_beta, dense_attention, head_er
 from benchmarks.results_file import write_results  # noqa: E402
 from benchmarks.workload import video_qkv  # noqa: E402
 from kernels.engine.pair_streams import pair_partners  # noqa: E402
-from kernels.sol_reference import pooled_means, sol_output_for_selection  # noqa: E402
-from kernels.sol_rules import block_thresholds, exact_blocks, forced_key_blocks, per_head_beta, sol_layout  # noqa: E402
+from kernels.sol_reference import pooled_means, selection_from_means, sol_output_for_selection  # noqa: E402
+from kernels.sol_rules import block_thresholds, forced_key_blocks, per_head_beta, sol_layout  # noqa: E402
 
 ROUTINGS = (64, 128)  # query rows routed as one
 
@@ -58,7 +58,7 @@ class Routing:
         q_mean = self.q_mean if rows == 64 else self.pair_mean
         betas = per_head_beta(beta, q_mean.shape[1], q_mean.device)
         tau = block_thresholds(q_mean, self.k_mean, betas, "exact", self.scale)
-        chosen = exact_blocks(self.scale * q_mean @ self.k_mean.transpose(-1, -2), tau[..., None]) | self.forced
+        chosen = selection_from_means(q_mean, self.k_mean, tau, self.forced, self.scale)
         if rows == 64:
             return chosen
         selection = torch.empty(*chosen.shape[:2], self.layout.n_blocks, self.layout.n_blocks, dtype=torch.bool,

@@ -49,7 +49,9 @@ def pooled_means(x: torch.Tensor, layout) -> torch.Tensor:
     return means.to(x.dtype).transpose(1, 2)
 
 
-def _selection(q_mean, k_mean, tau, forced, scale):
+def selection_from_means(q_mean, k_mean, tau, forced, scale):
+    """The exact blocks (B, H, Nq, N) of query means against key means (any float dtype, (B, H,
+    Nq, D) and (B, H, N, D)) at thresholds ``tau`` (B, H, Nq), with the ``forced`` key blocks."""
     proxy = scale * (q_mean.float() @ k_mean.float().transpose(-1, -2))  # (B, H, N, N)
     return exact_blocks(proxy, tau[..., None]) | forced
 
@@ -62,7 +64,7 @@ def sol_block_selection(q, k, v, *, beta, estimator="exact", grid=None, tile=Non
                                                  sinks=sinks, scale=scale, for_kernel=False)
     q_mean, k_mean = pooled_means(q, layout), pooled_means(k, layout)
     tau = block_thresholds(q_mean, k_mean, beta, estimator, scale)
-    return _selection(q_mean, k_mean, tau, forced, scale)
+    return selection_from_means(q_mean, k_mean, tau, forced, scale)
 
 
 def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile=None, sinks=None, scale=None,
@@ -75,7 +77,7 @@ def sol_attention_reference(q, k, v, *, beta, estimator="exact", grid=None, tile
                                                  sinks=sinks, scale=scale, for_kernel=False)
     q_mean, k_mean = pooled_means(q, layout), pooled_means(k, layout)
     tau = block_thresholds(q_mean, k_mean, beta, estimator, scale)
-    selection = _selection(q_mean, k_mean, tau, forced, scale)
+    selection = selection_from_means(q_mean, k_mean, tau, forced, scale)
     out = sol_output_for_selection(q, k, v, selection, layout, scale, precision)
     if return_stats:
         return out, {"density": selection.float().mean(dim=(-1, -2)),
