@@ -71,7 +71,6 @@ from .tile_loop import tma_views
 __all__ = ["ROWS", "cover_box", "cover_steps", "edge_cover_rows", "ws_block_sparse_attention", "ws_supported"]
 
 ROWS = gl.constexpr(64)  # query rows of one consumer warpgroup: the M of a Hopper warpgroup MMA
-RESCALE_SLACK = gl.constexpr(8.0)  # log2 units a row's max may outgrow the running max unrescaled
 NEG_BIG = gl.constexpr(-1.0e30)  # finite stand-in for -inf in the running max (see tile_loop)
 PRODUCER_REGS = gl.constexpr(24)  # a producer holds scalars only; the minimum setmaxnreg allows
 CONSUMER_REGS = gl.constexpr(240)  # two accumulators (64×D and 64×BLOCK_N fp32) and the softmax
@@ -608,24 +607,6 @@ def _softmax_update(s, m_i, l_i, acc, bias, scale, me):
 
 
 @gluon.jit
-def _lazy_softmax_update(s, m_i, l_i, acc, bias, scale, me):
-    """``_softmax_update`` that moves the running max (and rescales the accumulator and sum)
-    only when some row's max grows past it by more than ``RESCALE_SLACK`` (log2 units): the
-    result is the same softmax, its terms then up to 2**RESCALE_SLACK."""
-    s = s.to(gl.float32) * scale + bias[None, :]
-    row_max = gl.max(s, 1)
-    if gl.max((row_max > m_i + RESCALE_SLACK).to(gl.int32), 0) > 0:
-        m_new = gl.maximum(m_i, row_max)
-        alpha = gl.exp2(m_i - m_new)
-        l_i = l_i * alpha
-        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, me.acc_layout))[:, None]
-        m_i = m_new
-    p = gl.exp2(s - m_i[:, None])
-    l_i = l_i + gl.sum(p, 1)
-    return m_i, l_i, acc, p
-
-
-@gluon.jit
 def _no_scores(k_buf, me):
     """The zero accumulator of a QKᵀ against ``k_buf``: of the 8-bit layout on key codes."""
     if k_buf.dtype.primitive_bitwidth == 8:
@@ -655,7 +636,7 @@ def _attend(state, qk, ring, slot, phase, bias, scales, me):
     s = gl.convert_layout(s, me.s_layout).to(gl.float32)
     in_first = gl.arange(0, me.BLOCK_N, layout=gl.SliceLayout(0, me.s_layout)) < me.BLOCK_N // 2
     s = gl.where(in_first[None, :], s * first, s * second)
-    m_i, l_i, acc, p = _lazy_softmax_update(s, m_i, l_i, acc, bias, 1.0, me)
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, 1.0, me)
     p_op = gl.convert_layout(p.to(v_buf.dtype), me.p_layout)
     mbarrier.wait(ring.v_ready.index(slot), phase)
     acc = warpgroup_mma(p_op, v_buf, acc, is_async=True)
@@ -709,7 +690,7 @@ def _attend_in_turn(state, q_smem, ring, slot, phase, bias, scale, me):
     mbarrier.arrive(ring.turn.index(1 - me.c), count=1)
     acc, s, _, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, s, q_smem, k_buf, v_prev))
     mbarrier.arrive(ring.empty.index(prev_slot), count=1, pred=has_prev)
-    m_i, l_i, acc, p = _lazy_softmax_update(s, m_i, l_i, acc, bias, scale, me)
+    m_i, l_i, acc, p = _softmax_update(s, m_i, l_i, acc, bias, scale, me)
     p_op = gl.convert_layout(p.to(v_prev.dtype), me.p_layout)
     return acc, m_i, l_i, p_op, slot, phase, turns >= 0, turns + 1
 
