@@ -10,6 +10,13 @@ kernel's first run, so an argument the launcher refuses fails here too. It never
 
     python tools/compile_kernels.py --arch sm_80,sm_86,sm_89,sm_90,sm_100,sm_120
     PYTHONPATH=.cache/triton-3.6.0 python tools/compile_kernels.py ...   # another Triton
+    python tools/compile_kernels.py --arch sm_80,sm_89 --run-on sm_90     # rows forced on an H100
+
+``--run-on ARCH`` compiles each row's launches for ARCH instead: what a benchmark that forces
+the row on that GPU runs, since Triton compiles for the GPU it runs on. On sm_90 the rows'
+dots then become Hopper's ``wgmma``, not the ``mma.sync`` an A100 or RTX card runs;
+``DISABLE_MMA_V3=1`` in the environment makes Triton emit ``mma.sync`` there (the variable is
+part of Triton's cache key). Each line names the launch's tensor-core instructions.
 
 The cases run in bf16 (the input dtype), and the cases of ``QUANTIZED_CASES`` again with int8
 and with fp8 exact blocks (``precision="int8"`` / ``"fp8"``: the portable kernel's quantized
@@ -274,6 +281,11 @@ def ptx_instructions(ptx: str) -> collections.Counter:
     return counts
 
 
+def tensor_core_instructions(counts) -> list[str]:
+    """The distinct tensor-core instructions of counted PTX (``ptx_instructions``), operands dropped."""
+    return sorted({i.split()[0] for i in counts if i.startswith(("mma.sync", "wgmma.mma_async", "tcgen05.mma"))})
+
+
 def compare_instructions(before: dict, after: dict) -> list[str]:
     """One line per launch of ``after``: whether its instructions equal ``before``'s."""
     lines = []
@@ -298,7 +310,7 @@ def parse_archs(text: str) -> list[int]:
     for part in text.split(","):
         m = re.fullmatch(r"sm_(\d+)", part.strip())
         if not m or int(m.group(1)) not in SHARED_MEMORY_LIMIT:
-            raise SystemExit(f"--arch: {part.strip()!r} is not one of {DEFAULT_ARCHS}")
+            raise ValueError(f"{part.strip()!r} is not one of {DEFAULT_ARCHS}")
         out.append(int(m.group(1)))
     return out
 
@@ -318,7 +330,18 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="also write the table to this file")
     ap.add_argument("--ptx", help="also write every launch's counted PTX instructions to this file")
     ap.add_argument("--ptx-against", help="compare every launch's PTX instructions with this --ptx file")
+    ap.add_argument("--run-on", help="compile every row for this architecture (a row forced on that GPU), e.g. sm_90")
     args = ap.parse_args(argv)
+    try:
+        archs = parse_archs(args.arch)
+    except ValueError as e:
+        ap.error(f"--arch: {e}")
+    run_on = None
+    if args.run_on:
+        try:
+            [run_on] = parse_archs(args.run_on)
+        except ValueError as e:
+            ap.error(f"--run-on: {e}")
     before = None
     if args.ptx_against:
         try:
@@ -331,9 +354,10 @@ def main(argv=None) -> int:
     checks.kernel_device_ok = lambda device: True
     failures, rows = 0, []
     print(f"Triton {triton.__version__}", flush=True)
-    for cap in parse_archs(args.arch):
+    for cap in archs:
         config = ARCHITECTURES[divmod(cap, 10)]
-        limit = SHARED_MEMORY_LIMIT[cap]
+        target = run_on or cap
+        limit = SHARED_MEMORY_LIMIT[target]
         seen = set()
         fp8_runs = fp8_allowed(config)
         launches = [(*launch, False) for launch in capture_launches(config, tuple(
@@ -349,12 +373,13 @@ def main(argv=None) -> int:
                 continue
             seen.add(key)
             ws = kernel == "_ws_block_sparse_kernel"
-            row = {"arch": f"sm_{cap}", "triton": triton.__version__, "case": case, "kernel": kernel,
+            row = {"arch": f"sm_{cap}", "compiled_for": f"sm_{target}", "triton": triton.__version__, "case": case,
+                   "kernel": kernel,
                    "precision": precision_of(case),
                    "tma": ws or bool(kw.get("TMA", False)), "warp_specialized": ws, "num_warps": kw.get("num_warps", 4),
                    "num_stages": kw.get("num_stages", 3), "limit": limit}
             try:
-                compiled = compile_call(launch.fn, cargs, kw, cap)
+                compiled = compile_call(launch.fn, cargs, kw, target)
                 if refused:
                     failures += 1
                     row["error"] = "compiled, though precision refuses fp8 on this architecture"
@@ -362,12 +387,15 @@ def main(argv=None) -> int:
                     rows.append(row)
                     continue
                 row.update(shared=compiled.metadata.shared, **resource_usage(compiled.asm["cubin"]))
-                instructions[f"sm_{cap} {kernel} {case}"] = ptx_instructions(compiled.asm["ptx"])
+                counts = ptx_instructions(compiled.asm["ptx"])
+                row["mma"] = tensor_core_instructions(counts)
+                instructions[f"sm_{cap} {kernel} {case}"] = counts
                 row["fits"] = row["shared"] <= limit
                 failures += not row["fits"]
                 print(f"{'ok  ' if row['fits'] else 'FAIL'} sm_{cap} {kernel:<21} {case}: TMA={row['tma']} WS={ws} "
                       f"shared {row['shared']} of {limit} bytes, {row['registers']} registers, "
-                      f"stack {row['stack_bytes']} bytes", flush=True)
+                      f"stack {row['stack_bytes']} bytes" + (f", {' '.join(row['mma'])}" if row["mma"] else ""),
+                      flush=True)
             except Exception as exc:  # report every case, fail at the end
                 reason = triton_refusal(exc) if refused else None
                 if reason:

@@ -166,6 +166,35 @@ def test_every_launch_compiles_and_fits_with_triton_3_6(tmp_path):
     check_table(table)
 
 
+def test_a_row_forced_on_an_h100_runs_wgmma_unless_mma_v3_is_disabled(tmp_path):
+    """What a benchmark runs when it forces the RTX 40 row on an H100 (Triton compiles for the
+    GPU it runs on): the engine's dots become Hopper's wgmma, not the row's own mma.sync, but
+    for 32-row query tiles, which wgmma cannot take; with DISABLE_MMA_V3=1 (in Triton's cache
+    key) they are the row's mma.sync again. Shared memory is held to the H100's limit."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    runs = {}
+    for name, extra in (("native", {}), ("mma_sync", {"DISABLE_MMA_V3": "1"})):
+        out = tmp_path / f"{name}.json"
+        runs[name] = out, subprocess.Popen(
+            [sys.executable, str(ROOT / "tools" / "compile_kernels.py"), "--arch", "sm_89", "--run-on", "sm_90",
+             "--json", str(out)], cwd=ROOT, env={**env, **extra}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+    tables = {}
+    for name, (out, proc) in runs.items():
+        stdout, _ = proc.communicate(timeout=1800)
+        assert proc.returncode == 0, stdout[-20000:]
+        tables[name] = [r for r in json.loads(out.read_text())["rows"] if r["kernel"] == "_block_sparse_kernel"]
+    for name, rows in tables.items():
+        assert rows and all(r["arch"] == "sm_89" and r["compiled_for"] == "sm_90" and r["limit"] == 232_448
+                            for r in rows), name
+    for r in tables["native"]:
+        hopper = "30-token" not in r["case"]
+        assert any(i.startswith("wgmma") for i in r["mma"]) == hopper, r
+    assert all(r["mma"] and all(i.startswith("mma.sync") for i in r["mma"]) for r in tables["mma_sync"])
+    assert subprocess.run([sys.executable, str(ROOT / "tools" / "compile_kernels.py"), "--run-on", "sm_75"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300).returncode == 2
+
+
 SPECIALIZATION_PROBE = """
 import sys
 sys.path.insert(0, sys.argv[1])

@@ -59,6 +59,21 @@ def test_bench_key_sums_sweeps_every_setting_against_the_reference_and_restores_
             bench_key_sums.main, tmp_path, capsys)
 
 
+# ---------------------------------------------------------------- mma_rates.py
+
+def test_mma_rates_checks_each_operand_type_against_torch_and_refuses_unknown_ones(tmp_path, capsys):
+    from benchmarks import mma_rates
+
+    out = tmp_path / "mma.json"
+    assert mma_rates.main(["--out", str(out), "--iters", "3", "--programs", "2", "--operands", "fp16,int8,fp8"]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["operands"], r["bm"]) for r in rows] == [(name, shape[0]) for shape in mma_rates.SHAPES
+                                                        for name in ("fp16", "int8", "fp8")]
+    assert all(r["equal_to_torch"] for r in rows), rows
+    assert "--operands: unknown ['int4']" in usage_error(mma_rates.main, tmp_path, capsys, "--operands", "int4")
+    assert "--iters must be positive" in usage_error(mma_rates.main, tmp_path, capsys, "--iters", "0")
+
+
 # ---------------------------------------------------------------- hopper_step_ablation.py
 
 def test_hopper_step_ablation_cuts_apply_to_the_loop_and_it_needs_hopper_to_time(tmp_path, capsys, monkeypatch):
