@@ -5,7 +5,10 @@ Usage (on a CUDA machine; writes one JSON file with the command that made it):
 
 ``--loops ws,tma`` times the block loops of Hopper side by side (``LOOPS``: the warp-specialised
 loop and the portable kernel with TMA boxes); ``--loops sm89,sm89/num_stages=4`` a forced
-launch row beside itself with settings changed (``LOOP_SETTINGS``). ``--precisions bf16,int8,fp8`` times every Sol,
+launch row beside itself with settings changed (``LOOP_SETTINGS``). A forced pre-Hopper row
+is compiled for this GPU: on Hopper its dots are ``wgmma`` unless the process runs with
+``DISABLE_MMA_V3=1`` (recorded in the file), which gives the row's own ``mma.sync`` (and turns
+the ``tma`` loop's to ``mma.sync`` too; the ``ws`` loop keeps its ``wgmma``). ``--precisions bf16,int8,fp8`` times every Sol,
 PSA and forced-architecture row once per precision of the exact blocks' QKᵀ (``precision`` of
 the kernels: on a ``ws`` row PSA's quantized calls run the Hopper loop and Sol's the portable
 kernel, ``kernels.engine``; fp8 on a forced sm_80 / sm_86 row is refused, and the row records
@@ -626,7 +629,8 @@ def main(argv=None):
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    comfy_kitchen=kitchen_version() if kitchen is not None else None,
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
-                   python=platform.python_version(), layout=args.layout, precisions=list(PRECISIONS),
+                   python=platform.python_version(), disable_mma_v3=os.environ.get("DISABLE_MMA_V3", ""),
+                   layout=args.layout, precisions=list(PRECISIONS),
                    scratch_share=kernels.engine.SCRATCH_SHARE, checks=[],
                    sol=[], psa=[], arch_configs=[])
     if not args.skip_checks:
