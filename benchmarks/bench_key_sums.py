@@ -24,6 +24,7 @@ import triton
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels.engine.quantize as quantize  # noqa: E402
+from benchmarks.kernel_device import kernel_device  # noqa: E402
 from benchmarks.results_file import write_results  # noqa: E402
 from kernels.quantized_reference import smoothing_mean  # noqa: E402
 
@@ -52,10 +53,8 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.tokens < 1 or args.heads < 1:
         ap.error(f"--tokens and --heads: expected positive counts, got {args.tokens} and {args.heads}")
-    cuda = torch.cuda.is_available()
-    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        ap.error("without CUDA, run through Triton's interpreter: TRITON_INTERPRET=1")
-    device = "cuda" if cuda else "cpu"
+    device = kernel_device(ap)
+    cuda = device == "cuda"
     L, H, D = args.tokens, args.heads, 128
     g = torch.Generator(device=device).manual_seed(0)
     # Channels offset from zero, as a model's keys are: what the smoothing mean removes.

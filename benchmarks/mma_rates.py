@@ -31,6 +31,7 @@ import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from benchmarks.kernel_device import kernel_device  # noqa: E402
 from benchmarks.results_file import write_results  # noqa: E402
 
 # (BM, BN, BK, warps): Sol's 64-row query tile against 128 keys of d 128, and PSA's 128 rows.
@@ -107,10 +108,8 @@ def main(argv=None):
         ap.error(f"--operands: unknown {unknown or 'none given'}; choose from {', '.join(OPERANDS)}")
     if args.iters < 1 or args.programs < 0:
         ap.error(f"--iters must be positive and --programs not negative, got {args.iters} and {args.programs}")
-    cuda = torch.cuda.is_available()
-    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        ap.error("without CUDA, run through Triton's interpreter: TRITON_INTERPRET=1")
-    device = "cuda" if cuda else "cpu"
+    device = kernel_device(ap)
+    cuda = device == "cuda"
     programs = args.programs or (8 * torch.cuda.get_device_properties(0).multi_processor_count if cuda else 2)
     rows = []
     for shape in SHAPES:
