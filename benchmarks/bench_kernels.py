@@ -8,9 +8,9 @@ loop and the portable kernel with TMA boxes); ``--loops sm89,sm89/num_stages=4``
 launch row beside itself with settings changed (``LOOP_SETTINGS``). A forced pre-Hopper row
 is compiled for this GPU: on Hopper its dots are ``wgmma`` unless the process runs with
 ``DISABLE_MMA_V3=1`` (recorded in the file), which gives the row's own ``mma.sync`` (and turns
-the ``tma`` loop's to ``mma.sync`` too; the ``ws`` loop keeps its ``wgmma``). ``--precisions bf16,int8,fp8`` times every Sol,
-PSA and forced-architecture row once per precision of the exact blocks' QKᵀ (``precision`` of
-the kernels: on a ``ws`` row PSA's quantized calls run the Hopper loop and Sol's the portable
+the ``tma`` loop's to ``mma.sync`` too; the ``ws`` loop keeps its ``wgmma``).
+``--precisions bf16,int8,fp8`` times every Sol, PSA and forced-architecture row once per
+precision of the exact blocks' QKᵀ (``precision`` of the kernels: on a ``ws`` row PSA's quantized calls run the Hopper loop and Sol's the portable
 kernel, ``kernels.engine``; fp8 on a forced sm_80 / sm_86 row is refused, and the row records
 the error), each with its rel-L2 against cuDNN's output. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of
 ComfyUI's own Model Sparse Attention node) beside each Sol row, on the same inputs: at the same
