@@ -2,7 +2,13 @@
 bf16 kernels vs the float references at full sequence sizes, output memory poisoned first; the
 quantized exact blocks (``precision="int8"`` and ``"fp8"``) vs their references of the same
 precision at full size and on every architecture's launch row forced here (fp8 refused on the
-sm_80 / sm_86 rows)."""
+sm_80 / sm_86 rows). On Hopper the forced rows run once as Triton compiles them there
+(``wgmma``) and once more with the rows' own ``mma.sync`` (test_forced_rows_again_with_mma_sync)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -291,6 +297,24 @@ def test_quantized_on_every_architectures_configuration(monkeypatch, arch, preci
                     lambda p: kernels.sol_attention_reference(q, k, v, precision=p, **kw), precision)
     on_hopper_loop = config.warp_specialized and hopper is not None and torch.cuda.get_device_capability() == (9, 0)
     assert set(ws_runs) == ({"psa", "sol"} if on_hopper_loop else set())
+
+
+@pytest.mark.skipif(os.environ.get("DISABLE_MMA_V3") == "1", reason="this process compiles mma.sync already")
+def test_forced_rows_again_with_mma_sync():
+    """On Hopper Triton compiles a forced A100 / RTX row for the GPU it runs on, to ``wgmma``;
+    with DISABLE_MMA_V3=1 it emits ``mma.sync``, the instruction those cards run
+    (``tools/compile_kernels.py --run-on sm_90`` shows both). The variable is read at compile
+    time and keys Triton's disk cache but not a process's kernels, so the forced-row tests run
+    again in a child process that has it from the start."""
+    if torch.cuda.get_device_capability()[0] < 9:
+        pytest.skip("before Hopper the forced rows compile to mma.sync already")
+    here = Path(__file__)
+    child = subprocess.run([sys.executable, "-m", "pytest", str(here), "-q", "-p", "no:cacheprovider",
+                            "-k", "every_architectures_configuration"],
+                           cwd=here.parents[2], env=dict(os.environ, DISABLE_MMA_V3="1"),
+                           capture_output=True, text=True, timeout=1200)
+    assert child.returncode == 0, child.stdout[-6000:] + child.stderr[-2000:]
+    assert " passed" in child.stdout and " failed" not in child.stdout, child.stdout[-2000:]
 
 
 WS_CASES = [
