@@ -40,6 +40,7 @@ repository root on sys.path, for ``kernels``).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -210,7 +211,7 @@ def detected_model(seed_sd: dict, metadata: dict | None = None):
 def detected_state_dict(seed_sd: dict, seed: int, metadata: dict | None = None, dtype=None) -> dict:
     """The complete state dict (real key layout, init_weights) of the model ComfyUI builds
     from ``seed_sd`` (see ``detected_model``)."""
-    return _module_state_dict(detected_model(seed_sd, metadata)[1], seed, dtype)
+    return _module_state_dict(lambda: detected_model(seed_sd, metadata)[1], seed, dtype)
 
 
 # Official file names (Comfy-Org repackaged releases / Lightricks), as the workflows use them.
@@ -263,11 +264,51 @@ def _save(sd: dict, path: Path, metadata: dict | None = None):
     tmp.replace(path)
 
 
-def _module_state_dict(module, seed: int, dtype=None) -> dict:
-    """``module``'s state dict after init_weights, as contiguous copies (floats cast to ``dtype``)."""
+# Buffers that ComfyUI's constructors allocate with torch.empty and real files fill: the LTX
+# VAEs' per-channel latent statistics (the last three only before ComfyUI 0.33). The tiny
+# files hold the identity normalisation: mean 0, standard deviations 1.
+LATENT_STATISTICS = {"mean-of-means": 0.0, "std-of-means": 1.0, "mean-of-stds": 1.0,
+                     "mean-of-stds_over_std-of-means": 1.0, "channel": 0.0}
+
+
+@contextlib.contextmanager
+def _uninitialised_memory_as_nan():
+    """Inside, torch.empty fills floats with NaN (PyTorch's deterministic mode), so a buffer
+    that a constructor leaves for the file to fill shows instead of carrying whatever the
+    allocator's memory held: that made a tiny file differ from run to run."""
+    import torch
+    import torch.utils.deterministic
+    was_deterministic, was_filling = torch.are_deterministic_algorithms_enabled(), \
+        torch.utils.deterministic.fill_uninitialized_memory
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    torch.use_deterministic_algorithms(True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic, warn_only=warn_only)
+        torch.utils.deterministic.fill_uninitialized_memory = was_filling
+
+
+def _module_state_dict(build, seed: int, dtype=None) -> dict:
+    """The state dict of the module ``build()`` makes, after init_weights and with identity
+    statistics, as contiguous copies (floats cast to ``dtype``). Raises if any float is not
+    finite: a buffer left uninitialised (``LATENT_STATISTICS`` lacks its name)."""
+    import torch
+    with _uninitialised_memory_as_nan():
+        module = build()
     init_weights(module, seed)
-    return {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach())
-            .clone().contiguous() for k, v in module.state_dict().items()}
+    with torch.no_grad():
+        for name, buf in module.named_buffers():
+            if name.rsplit(".", 1)[-1] in LATENT_STATISTICS:
+                buf.fill_(LATENT_STATISTICS[name.rsplit(".", 1)[-1]])
+    sd = {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach())
+          .clone().contiguous() for k, v in module.state_dict().items()}
+    unset = [k for k, v in sd.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if unset:
+        raise RuntimeError(f"{type(module).__name__}: {unset} not finite after init_weights: a buffer its "
+                           f"constructor leaves for the file to fill (add it to LATENT_STATISTICS)")
+    return sd
 
 
 def wan22_i2v_state_dict(seed: int) -> dict:
@@ -280,14 +321,14 @@ def light_video_decoder_state_dict(latent_channels: int, seed: int = 0) -> dict:
     """ComfyUI's light video decoder (``comfy.taesd.taehv.TAEHV``) for a 48-channel (Wan 2.2) or
     32-channel (HunyuanVideo 1.5) latent, the stand-in for that model's fixed-size VAE."""
     import comfy.taesd.taehv
-    return _module_state_dict(comfy.taesd.taehv.TAEHV(latent_channels=latent_channels), seed)
+    return _module_state_dict(lambda: comfy.taesd.taehv.TAEHV(latent_channels=latent_channels), seed)
 
 
 def wan_vae_state_dict(seed: int = 0, dim: int = 16) -> dict:
     import comfy.ldm.wan.vae
-    vae = comfy.ldm.wan.vae.WanVAE(dim=dim, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
-                                   temperal_downsample=[False, True, True], dropout=0.0)
-    return _module_state_dict(vae, seed)
+    return _module_state_dict(lambda: comfy.ldm.wan.vae.WanVAE(
+        dim=dim, z_dim=16, dim_mult=[1, 2, 4, 4], num_res_blocks=2, attn_scales=[],
+        temperal_downsample=[False, True, True], dropout=0.0), seed)
 
 
 # LTXV VAE with the smallest block list that still compresses 8x in time and 32x in space
@@ -306,13 +347,8 @@ LTXV_TINY_TRANSFORMER = {"num_attention_heads": 2, "attention_head_dim": 64, "nu
 def ltx_video_vae_state_dict(seed: int) -> dict:
     """The LTX video VAE (``VideoVAE``) in the small LTXV_TINY_VAE_CONFIG, identity latent
     statistics; its loaders read that config from the file's ``config`` metadata (``vae``)."""
-    import torch
     import comfy.ldm.lightricks.vae.causal_video_autoencoder as cva
-    vsd = _module_state_dict(cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG)), seed)
-    for k in list(vsd):
-        if k.startswith("per_channel_statistics."):
-            vsd[k] = torch.zeros_like(vsd[k]) if "mean" in k else torch.ones_like(vsd[k])
-    return vsd
+    return _module_state_dict(lambda: cva.VideoVAE(version=0, config=dict(LTXV_TINY_VAE_CONFIG)), seed)
 
 
 def ltxv_checkpoint(seed: int) -> tuple[dict, dict]:
@@ -352,7 +388,7 @@ def ltx_audio_vae_state_dict(seed: int) -> tuple[dict, dict]:
     loaders read: ``audio_vae.*`` (the autoencoder) and ``vocoder.*``."""
     from comfy.ldm.lightricks.vae.audio_vae import AudioVAE
     metadata = {"config": json.dumps(LTX_TINY_AUDIO_VAE_CONFIG)}
-    sd = _module_state_dict(AudioVAE(metadata=metadata), seed)
+    sd = _module_state_dict(lambda: AudioVAE(metadata=metadata), seed)
     return {("audio_vae." + k[len("autoencoder."):] if k.startswith("autoencoder.") else k): v
             for k, v in sd.items()}, metadata
 
@@ -364,8 +400,7 @@ def hunyuan_vae_state_dict(seed: int = 0) -> dict:
     ddconfig = {'double_z': True, 'z_channels': 16, 'resolution': 256, 'in_channels': 3, 'out_ch': 3, 'ch': 128,
                 'ch_mult': [1, 2, 4, 4], 'num_res_blocks': 2, 'attn_resolutions': [], 'dropout': 0.0,
                 'conv3d': True, 'time_compress': 4}
-    vae = AutoencoderKL(ddconfig=ddconfig, embed_dim=16)
-    return _module_state_dict(vae, seed, dtype=torch.bfloat16)
+    return _module_state_dict(lambda: AutoencoderKL(ddconfig=ddconfig, embed_dim=16), seed, dtype=torch.bfloat16)
 
 
 def wan_hidden_size(heads: int) -> int:

@@ -181,6 +181,34 @@ def test_tiny_models_come_from_comfyuis_detection(comfyui):
         tiny_models.detected_model({"nothing.weight": seed["img_in.proj.weight"]})
 
 
+def test_tiny_files_hold_no_uninitialised_buffer(comfyui):
+    """A buffer that a constructor leaves for the file to fill (torch.empty) must not reach a
+    tiny file with whatever memory held: it once gave the LTX-2.5 audio VAE NaN statistics in
+    some runs, and FFmpeg's AAC encoder refused the audio. Such a buffer is an error naming it;
+    the LTX VAEs' latent statistics get the identity."""
+    import tiny_models
+
+    class LeftForTheFile(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.proj = torch.nn.Linear(4, 4)
+            self.register_buffer("running_scale", torch.empty(1 << 16))
+            self.register_buffer("std-of-means", torch.empty(8))
+
+    with pytest.raises(RuntimeError, match=r"LeftForTheFile: \['running_scale'\] not finite"):
+        tiny_models._module_state_dict(LeftForTheFile, 0)
+    # the mode that shows such a buffer is undone afterwards
+    assert not torch.are_deterministic_algorithms_enabled()
+    sd = tiny_models.ltx_video_vae_state_dict(1)
+    stats = {k.rsplit(".", 1)[-1]: v for k, v in sd.items() if k.startswith("per_channel_statistics.")}
+    assert {"mean-of-means", "std-of-means"} <= set(stats)
+    assert torch.equal(stats["mean-of-means"], torch.zeros(128)) and torch.equal(stats["std-of-means"], torch.ones(128))
+    if h.ltx2_available()[0]:
+        audio, _ = tiny_models.ltx_audio_vae_state_dict(2)
+        assert torch.equal(audio["audio_vae.per_channel_statistics.std-of-means"], torch.ones(128))
+        assert all(torch.isfinite(v).all() for v in audio.values() if v.is_floating_point())
+
+
 def test_ltx2_builder(tiny_model):
     """LTX-2 through the real loader: detected as LTXAV from the LTXV keys plus the audio ones,
     sized by the config metadata real files carry (heads, audio heads, text width)."""
