@@ -266,7 +266,8 @@ def _save(sd: dict, path: Path, metadata: dict | None = None):
 
 # Buffers that ComfyUI's constructors allocate with torch.empty and real files fill: the LTX
 # VAEs' per-channel latent statistics (the last three only before ComfyUI 0.33). The tiny
-# files hold the identity normalisation: mean 0, standard deviations 1.
+# files hold the identity normalisation (means 0, standard deviations 1; the channel index,
+# which decoding does not read, 0).
 LATENT_STATISTICS = {"mean-of-means": 0.0, "std-of-means": 1.0, "mean-of-stds": 1.0,
                      "mean-of-stds_over_std-of-means": 1.0, "channel": 0.0}
 
