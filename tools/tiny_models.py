@@ -301,8 +301,9 @@ def _module_state_dict(build, seed: int, dtype=None) -> dict:
     init_weights(module, seed)
     with torch.no_grad():
         for name, buf in module.named_buffers():
-            if name.rsplit(".", 1)[-1] in LATENT_STATISTICS:
-                buf.fill_(LATENT_STATISTICS[name.rsplit(".", 1)[-1]])
+            value = LATENT_STATISTICS.get(name.rsplit(".", 1)[-1])
+            if value is not None:
+                buf.fill_(value)
     sd = {k: (v.detach().to(dtype) if dtype is not None and v.is_floating_point() else v.detach())
           .clone().contiguous() for k, v in module.state_dict().items()}
     unset = [k for k, v in sd.items() if v.is_floating_point() and not torch.isfinite(v).all()]

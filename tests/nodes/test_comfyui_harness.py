@@ -183,8 +183,8 @@ def test_tiny_models_come_from_comfyuis_detection(comfyui):
 
 def test_tiny_files_hold_no_uninitialised_buffer(comfyui):
     """A buffer that a constructor leaves for the file to fill (torch.empty) must not reach a
-    tiny file with whatever memory held: it once gave the LTX-2.5 audio VAE NaN statistics in
-    some runs, and FFmpeg's AAC encoder refused the audio. Such a buffer is an error naming it;
+    tiny file with whatever memory held: the LTX-2.5 audio VAE's statistics did, and in one CI
+    run FFmpeg's AAC encoder refused the decoded audio. Such a buffer is an error naming it;
     the LTX VAEs' latent statistics get the identity."""
     import tiny_models
 
