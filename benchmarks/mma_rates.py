@@ -8,7 +8,11 @@ an 8-bit gain at all.
 
 Each program loads one (BM × BK) and one (BK × BN) tile and accumulates their product
 ``--iters`` times; the result is checked against PyTorch's product (exact for int8, whose
-int32 sums wrap alike), and each row records the MMA instruction found in the PTX. Without
+int32 sums wrap alike), and each row records the MMA instruction found in the PTX. The rate
+comes from the time of ``2 · iters`` products less that of ``iters``, which leaves the launch
+and the loads out and shows when a compiler computed the loop-invariant product once and only
+added it up (it did for fp8 under ``DISABLE_MMA_V3=1`` on an H100 with ``acc += tl.dot(a, b)``):
+a row whose time does not grow by half with the doubled chain gets no rate. Without
 CUDA it runs through Triton's interpreter (TRITON_INTERPRET=1): a check of the kernel on a few
 programs, not a timing (with fp16, int8 and fp8: Triton 3.8's interpreter multiplies bf16
 tiles wrongly in ``tl.dot``).
@@ -50,7 +54,7 @@ def _repeated_dot_kernel(a_ptr, b_ptr, out_ptr, iters, BM: tl.constexpr, BN: tl.
     b = tl.load(b_ptr + offs_k[:, None] * BN + offs_n[None, :])
     acc = tl.zeros((BM, BN), dtype=tl.int32 if INT_ACC else tl.float32)
     for _ in range(iters):
-        acc += tl.dot(a, b, out_dtype=acc.dtype)
+        acc = tl.dot(a, b, acc, out_dtype=acc.dtype)
     tl.store(out_ptr + tl.program_id(0) * BM * BN + offs_m[:, None] * BN + offs_n[None, :], acc)
 
 
@@ -68,6 +72,17 @@ def mma_instruction(compiled) -> str:
     return found.group(1) if found else "none"
 
 
+# The doubled chain's time over the single one's below which the products did not run in the
+# loop (2 when they all did; 1 when the loop only added a product computed once).
+MIN_GROWTH = 1.5
+
+
+def chain_rate(ms: float, ms_doubled: float, flops: float):
+    """Tera-operations a second of the ``flops`` that doubling the chain added, or None when
+    the time grew by less than :data:`MIN_GROWTH` (the products did not all run in the loop)."""
+    return flops / (ms_doubled - ms) / 1e9 if ms_doubled >= MIN_GROWTH * ms else None
+
+
 def measure(name, shape, programs, iters, rep_ms, device):
     BM, BN, BK, warps = shape
     g = torch.Generator(device=device).manual_seed(0)
@@ -75,8 +90,8 @@ def measure(name, shape, programs, iters, rep_ms, device):
     int_acc = name == "int8"
     out = torch.full((programs, BM, BN), -1, device=device, dtype=torch.int32 if int_acc else torch.float32)
 
-    def run():
-        return _repeated_dot_kernel[(programs,)](a, b, out, iters, BM=BM, BN=BN, BK=BK, INT_ACC=int_acc,
+    def run(chain=iters):
+        return _repeated_dot_kernel[(programs,)](a, b, out, chain, BM=BM, BN=BN, BK=BK, INT_ACC=int_acc,
                                                  num_warps=warps)
 
     compiled = run()
@@ -89,8 +104,12 @@ def measure(name, shape, programs, iters, rep_ms, device):
            "equal_to_torch": equal}
     if device == "cuda":
         ms = triton.testing.do_bench(run, rep=rep_ms, return_mode="median")
-        row.update(instruction=mma_instruction(compiled), ms=ms,
-                   tops=2 * BM * BN * BK * iters * programs / ms / 1e9)
+        ms_doubled = triton.testing.do_bench(lambda: run(2 * iters), rep=rep_ms, return_mode="median")
+        row.update(instruction=mma_instruction(compiled), ms=ms, ms_doubled_chain=ms_doubled,
+                   tops=chain_rate(ms, ms_doubled, 2 * BM * BN * BK * iters * programs))
+        if row["tops"] is None:
+            row["no_rate"] = (f"the doubled chain took {ms_doubled / ms:.2f}x the time, not about 2x: the products "
+                              f"did not all run in the loop")
     return row
 
 
@@ -119,7 +138,7 @@ def main(argv=None):
                 row = measure(name, shape, programs, args.iters, args.rep_ms, device)
             except Exception as exc:  # an operand type this GPU or Triton refuses is recorded
                 row = {"operands": name, "bm": shape[0], "error": f"{type(exc).__name__}: {exc}"[:300]}
-            if "tops" in row:
+            if row.get("tops"):
                 base = row["tops"] if name == "bf16" else base
                 row["rate_vs_bf16"] = row["tops"] / base if base else None
             print(row, flush=True)

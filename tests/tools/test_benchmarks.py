@@ -74,6 +74,16 @@ def test_mma_rates_checks_each_operand_type_against_torch_and_refuses_unknown_on
     assert "--iters must be positive" in usage_error(mma_rates.main, tmp_path, capsys, "--iters", "0")
 
 
+def test_mma_rates_gives_no_rate_when_the_doubled_chain_did_not_take_about_twice_as_long():
+    """The rate is that of the products the doubled chain added; a loop whose product was
+    computed once (the time barely grows) gets none rather than a rate past the GPU's peak."""
+    from benchmarks.mma_rates import chain_rate
+
+    assert chain_rate(1.0, 2.0, 5e11) == pytest.approx(500.0)
+    assert chain_rate(0.5, 0.9, 4e11) == pytest.approx(1000.0)
+    assert chain_rate(0.156, 0.17, 5e11) is None
+
+
 # ---------------------------------------------------------------- hopper_step_ablation.py
 
 def test_hopper_step_ablation_cuts_apply_to_the_loop_and_it_needs_hopper_to_time(tmp_path, capsys, monkeypatch):
