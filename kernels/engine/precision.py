@@ -17,26 +17,32 @@
   capability, ``launch_config.row_capability``) and the method (``"sol"``: a mask with Sol's
   pooled term; ``"psa"``: a static mask), logged once per architecture and method.
 
-``AUTO_PRECISION`` is measured, not assumed. Each launch row was forced on an H100, both
-precisions timed in one process on the Wan 720p grid (75,600 tokens, 40 heads, d 128; PSA on
-the sm_86, sm_120 and sm_90 rows also on HunyuanVideo's 768p grid), and the error each adds
-measured on the video-like workload (``benchmarks/fidelity.py --precisions bf16,int8,fp8``):
-int8 adds 0.0002-0.0005 rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and 0.0003 to PSA's
-0.29 with the Wan 720p preset, inside the bound ``auto`` keeps (0.002 absolute at density
-0.15, 25 % relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017
-to PSA's. On the Hopper loop PSA's int8 ran 1.04-1.10x faster than bf16 at densities 0.15 and
-0.40 on both grids, so ``auto`` picks int8 for PSA on sm_90; Sol's int8 there took 1.05x /
-1.04x / 1.10x of its bf16's time at Wan 720p's densities 0.15 / 0.10 / 0.05 (1.02x in two more
-runs at 0.15; its key codes in the output's unwritten heads, ``engine.head_groups``), and
-0.93x at 131K tokens, density 0.10: ``auto`` keeps bf16 for Sol. Everywhere else int8 ran
-slower than bf16 at density 0.15 (faster only at PSA's 0.40 on sm_80), so ``auto`` picks
-bf16; a row never forced stays bf16 too. The results files (``benchmarks/results/``:
-``psa_hopper_8bit_qk_h100.json``, ``psa_int8_rows_h100.json``,
-``psa_int8_rows_sm86_sm120_h100.json``, ``kitchen_pointer_rows_h100.json`` (Sol on the sm_80
-and sm_89 rows), ``pointer_rows_sm86_sm120_h100.json`` (Sol on the sm_86 and sm_120 rows, 2
-stages), ``sol_ws_8bit_h100.json``, ``sol_ws_8bit_density015_h100_a.json``, ``_b.json`` and
-``sol_ws_8bit_131k_h100.json`` (Sol on sm_90),
-``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``) hold the commands.
+``AUTO_PRECISION`` is measured, not assumed. Both precisions were timed in one process on
+the Wan 720p grid (75,600 tokens, 40 heads, d 128) and the error each adds measured on the
+video-like workload (``benchmarks/fidelity.py --precisions bf16,int8,fp8``): int8 adds
+0.0002-0.0005 rel-L2 to Sol's 0.14-0.21 at densities 0.05-0.25 and 0.0003 to PSA's 0.29 with
+the Wan 720p preset, inside the bound ``auto`` keeps (0.002 absolute at density 0.15, 25 %
+relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.0017 to PSA's.
+
+- The pointer-loop rows (A100, RTX 30/40/50) were forced on an H100 with ``DISABLE_MMA_V3=1``,
+  so that Triton emits the ``mma.sync`` those cards run rather than the H100's ``wgmma``; the
+  H100's int8 ``mma.sync`` runs at only 1.11-1.13x its bf16 rate (``benchmarks/mma_rates.py``),
+  an A100's at 2x and an RTX 40/50's at 4x (whose bf16 with float32 sums runs at half rate),
+  so these are the least int8 gains there. Sol at density 0.15: int8 ran 1.13x faster than
+  bf16 on the sm_80 row and 1.25x on the sm_89 row, which the sm_86 and sm_120 rows share;
+  ``auto`` picks int8 for Sol on all four. PSA: 1.10x / 1.11x faster at densities 0.15 / 0.40
+  on the sm_80 row (int8), 1.07x / 1.06x slower on the sm_89 one (bf16).
+- The Hopper loop (sm_90, H100): PSA's int8 ran 1.04-1.10x faster than bf16 at densities 0.15
+  and 0.40 on Wan 720p's and HunyuanVideo 768p's grids (int8); Sol's int8 took 1.05x / 1.04x /
+  1.10x of its bf16's time at densities 0.15 / 0.10 / 0.05 (1.02x in two more runs at 0.15)
+  and 0.93x at 131K tokens, density 0.10 (bf16).
+- A row never forced (sm_100) stays bf16.
+
+The results files (``benchmarks/results/``, each with its command): ``mma_sync_rows_h100.json``
+(the pointer rows on ``mma.sync``), ``mma_rates_mma_sync_h100.json``,
+``psa_hopper_8bit_qk_h100.json``, ``sol_ws_8bit_h100.json``,
+``sol_ws_8bit_density015_h100_a.json``, ``_b.json`` and ``sol_ws_8bit_131k_h100.json`` (sm_90),
+``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``.
 """
 from __future__ import annotations
 
@@ -70,34 +76,35 @@ class PrecisionChoice:
         return f"{self.precision} ({self.reason})"
 
 
-def _bf16(why: str) -> PrecisionChoice:
-    return PrecisionChoice("bf16", f"auto: {why}")
+def _auto(precision: str, why: str) -> PrecisionChoice:
+    return PrecisionChoice(precision, f"auto: {why}")
 
 
-_NOT_FORCED = _bf16("int8 not measured on this launch row")
-
-
-def _int8_slower(sol: str, psa: str, where: str) -> dict:
-    """A pointer-loop row's choices: int8 measured ``sol`` slower for Sol at density 0.15 and
-    ``psa`` slower for PSA at 0.15 / 0.40, ``where`` the forced row."""
-    return {"sol": _bf16(f"int8 ran {sol} slower than bf16 at density 0.15 ({where})"),
-            "psa": _bf16(f"int8 ran {psa} slower than bf16 at density 0.15 / 0.40 ({where})")}
-
+_NOT_FORCED = _auto("bf16", "int8 not measured on this launch row")
+_ON_MMA_SYNC = "forced on an H100 with its mma.sync"
+# The sm_86, sm_89 and sm_120 rows launch the same kernels (launch_config._POINTER_99KB).
+_POINTER_99KB_CHOICES = {
+    "sol": _auto("int8", f"int8 ran 1.25x faster than bf16 at density 0.15, adding 0.0004 rel-L2 (sm_89 row "
+                         f"{_ON_MMA_SYNC})"),
+    "psa": _auto("bf16", f"int8 ran 1.07x / 1.06x slower than bf16 at density 0.15 / 0.40 (sm_89 row "
+                         f"{_ON_MMA_SYNC})"),
+}
 
 # capability -> method -> auto's choice, one entry per launch row of launch_config.ARCHITECTURES.
 AUTO_PRECISION = {
-    (8, 0): {"sol": _bf16("int8 ran 1.46x slower than bf16 at density 0.15 (sm_80 row forced on an H100)"),
-             "psa": _bf16("int8 ran 1.07x slower than bf16 at density 0.15 and 1.08x faster at 0.40, adding "
-                          "error (sm_80 row forced on an H100)")},
-    (8, 6): _int8_slower("1.43x", "1.17x / 1.11x", "sm_86 row forced on an H100; Sol with 2 stages"),
-    (8, 9): _int8_slower("1.42x", "1.20x / 1.05x", "sm_89 row forced on an H100"),
-    (9, 0): {"sol": _bf16("int8 ran in 1.02x-1.05x / 1.04x / 1.10x bf16's time at density 0.15 / 0.10 / 0.05 "
-                          "on the Hopper loop (H100)"),
-             "psa": PrecisionChoice("int8", "auto: int8 ran 1.04x / 1.08x faster than bf16 at density 0.15 / 0.40 "
-                                            "on Wan 720p's grid and 1.06x / 1.10x on HunyuanVideo 768p's on the "
-                                            "Hopper loop (8-bit QKᵀ, P·V in bf16), adding 0.0003 rel-L2 (H100)")},
+    (8, 0): {"sol": _auto("int8", f"int8 ran 1.13x faster than bf16 at density 0.15, adding 0.0004 rel-L2 "
+                                  f"(sm_80 row {_ON_MMA_SYNC})"),
+             "psa": _auto("int8", f"int8 ran 1.10x / 1.11x faster than bf16 at density 0.15 / 0.40, adding "
+                                  f"0.0003 rel-L2 (sm_80 row {_ON_MMA_SYNC})")},
+    (8, 6): _POINTER_99KB_CHOICES,
+    (8, 9): _POINTER_99KB_CHOICES,
+    (9, 0): {"sol": _auto("bf16", "int8 ran in 1.02x-1.05x / 1.04x / 1.10x bf16's time at density 0.15 / 0.10 / "
+                                  "0.05 on the Hopper loop (H100)"),
+             "psa": _auto("int8", "int8 ran 1.04x / 1.08x faster than bf16 at density 0.15 / 0.40 on Wan 720p's "
+                                  "grid and 1.06x / 1.10x on HunyuanVideo 768p's on the Hopper loop (8-bit QKᵀ, "
+                                  "P·V in bf16), adding 0.0003 rel-L2 (H100)")},
     (10, 0): {method: _NOT_FORCED for method in METHODS},
-    (12, 0): _int8_slower("1.43x", "1.20x / 1.07x", "sm_120 row forced on an H100; Sol with 2 stages"),
+    (12, 0): _POINTER_99KB_CHOICES,
 }
 
 

@@ -601,10 +601,11 @@ def test_fp8_needs_cuda_tensors_outside_the_interpreter(monkeypatch):
 
 def test_auto_picks_the_table_row_and_logs_it_once(caplog):
     """``auto`` is the AUTO_PRECISION row of the launch row's architecture and the method:
-    int8 for PSA on the Hopper-loop row (the one place int8 ran faster at both densities), bf16
-    everywhere else (fp8 adds more error than the bound), each reason a measurement or "not
-    measured", logged once per architecture and method; an int8 Sol call on the Hopper-loop
-    row says the portable kernel runs it; an unknown method is refused."""
+    int8 where it ran faster on the row's own MMA instruction (Sol on every pointer-loop row,
+    PSA on sm_80 and on the Hopper loop), bf16 elsewhere (fp8 adds more error than the bound),
+    each reason a measurement or "not measured", the rows that launch the same kernels
+    (sm_86, sm_89, sm_120) choosing alike, logged once per architecture and method; an unknown
+    method is refused."""
     import logging
 
     from kernels.engine import precision as prec
@@ -614,10 +615,18 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
     assert all(set(row) == {"sol", "psa"} for row in prec.AUTO_PRECISION.values())
     choices = [c for row in prec.AUTO_PRECISION.values() for c in row.values()]
     assert [(cap, method) for cap, row in prec.AUTO_PRECISION.items() for method, c in row.items()
-            if c.precision != "bf16"] == [((9, 0), "psa")]
-    assert prec.AUTO_PRECISION[(9, 0)]["psa"].precision == "int8"
-    assert all(("int8 ran" in c.reason or "faster than int8" in c.reason) and "H100" in c.reason
-               or c.reason.endswith("not measured on this launch row") for c in choices)
+            if c.precision != "bf16"] == [((8, 0), "sol"), ((8, 0), "psa"), ((8, 6), "sol"), ((8, 9), "sol"),
+                                          ((9, 0), "psa"), ((12, 0), "sol")]
+    assert all(c.precision in ("bf16", "int8") for c in choices)
+    assert all(("int8 ran" in c.reason and "H100" in c.reason) or c.reason.endswith("not measured on this launch row")
+               for c in choices)
+    pointer_rows = [cap for cap, config in ARCHITECTURES.items() if not config.tma]
+    assert all("mma.sync" in c.reason for cap in pointer_rows for c in prec.AUTO_PRECISION[cap].values())
+    same_kernels = [cap for cap in pointer_rows
+                    if dataclasses.replace(ARCHITECTURES[cap], name="", capability=(0, 0), reason="")
+                    == dataclasses.replace(ARCHITECTURES[(8, 9)], name="", capability=(0, 0), reason="")]
+    assert sorted(same_kernels) == [(8, 6), (8, 9), (12, 0)]
+    assert all(prec.AUTO_PRECISION[cap] == prec.AUTO_PRECISION[(8, 9)] for cap in same_kernels)
     with caplog.at_level(logging.INFO, logger="sparse_video_attention.kernels"):
         for _ in range(3):
             choice = prec.resolve_precision("auto", ARCHITECTURES[(8, 9)], "psa")
@@ -628,9 +637,9 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
                      f"[sparse-video-attention] precision auto for sol on sm_89 (the sm_89 row): {sol.describe()}",
                      "[sparse-video-attention] precision auto for psa on sm_87 (the sm_86 row): "
                      f"{prec.AUTO_PRECISION[(8, 6)]['psa'].describe()}"]
-    assert choice.describe() == ("bf16 (auto: int8 ran 1.20x / 1.05x slower than bf16 at density 0.15 / 0.40 "
-                                 "(sm_89 row forced on an H100))")
-    assert sol.precision == "bf16" and "slower" in sol.reason
+    assert choice.describe() == ("bf16 (auto: int8 ran 1.07x / 1.06x slower than bf16 at density 0.15 / 0.40 "
+                                 "(sm_89 row forced on an H100 with its mma.sync))")
+    assert sol.precision == "int8" and "faster" in sol.reason
     assert prec.resolve_precision("auto", ARCHITECTURES[(10, 0)], "sol").describe() == \
         "bf16 (auto: int8 not measured on this launch row)"
     assert prec.resolve_precision("int8", POINTER_LOOP, "sol").describe() == "int8 (asked for)"
