@@ -84,6 +84,35 @@ def test_mma_rates_gives_no_rate_when_the_doubled_chain_did_not_take_about_twice
     assert chain_rate(0.156, 0.17, 5e11) is None
 
 
+# ---------------------------------------------------------------- pv_code_error.py
+
+def test_pv_code_error_loop_is_attention_and_each_operand_kind_rounds_as_named(tmp_path, capsys):
+    """The online softmax over 64-key blocks with exact operands is softmax attention; P's
+    codes are what each kind says (int8 static: multiples of 1/127; row scale: the row's max
+    kept; fp8: e4m3 values of 448·p); the run writes every kind's rel-L2 and refuses a bad grid."""
+    from benchmarks import pv_code_error as pv
+
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(n, 16, generator=g, dtype=torch.float64) for n in (5, 150, 150))
+    dense = torch.softmax(q @ k.T * 0.25, dim=1) @ v
+    torch.testing.assert_close(pv.attend(q, k, v, "exact", 0.25), dense)
+    p = torch.rand(4, 64, generator=g, dtype=torch.float64) * torch.tensor([1.0, 0.5, 1e-3, 1.0])[:, None]
+    static = pv.p_operand(p, "int8 P, static scale") * 127
+    assert torch.equal(static, torch.round(static))
+    row = pv.p_operand(p, "int8 P, row scale")
+    torch.testing.assert_close(row.amax(1), p.amax(1))
+    assert (row[2] != 0).sum() > (static[2] != 0).sum()  # small rows keep their resolution
+    torch.testing.assert_close(pv.p_operand(p, "fp8 P") * 448, (p * 448).float().to(torch.float8_e4m3fn).double())
+    with pytest.raises(ValueError, match="unknown operand kind"):
+        pv.p_operand(p, "int4 P")
+    out = tmp_path / "pv.json"
+    pv.main(["--grid", "2,4,8", "--heads", "2", "--head-dim", "32", "--rows", "16", "--out", str(out)])
+    doc = json.loads(out.read_text())
+    assert set(doc["rel_l2"]) == set(pv.KINDS) and len(doc["per_head"]) == 2
+    assert doc["rel_l2"]["bf16"] < doc["rel_l2"]["int8 P, static scale"]
+    assert "--grid: expected three positive integers" in usage_error(pv.main, tmp_path, capsys, "--grid", "2,4")
+
+
 # ---------------------------------------------------------------- hopper_step_ablation.py
 
 def test_hopper_step_ablation_cuts_apply_to_the_loop_and_it_needs_hopper_to_time(tmp_path, capsys, monkeypatch):
