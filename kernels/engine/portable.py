@@ -65,7 +65,7 @@ def _block_sparse_kernel(
     TMA: tl.constexpr, K_HEADS_IN_COLUMNS: tl.constexpr, V_HEADS_IN_COLUMNS: tl.constexpr,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, SUB_T: tl.constexpr,
     GRID_PADDED: tl.constexpr, POOLED: tl.constexpr, POOL_CHUNK: tl.constexpr, QUANTIZED: tl.constexpr,
-    CODE_DTYPE: tl.constexpr,
+    CODE_DTYPE: tl.constexpr, SPLIT_PV: tl.constexpr,
 ):
     # K: k, or (QUANTIZED) the key codes (CODE_DTYPE: int8 or float8e4nv) of the group's heads
     # only, with their (B, Hg, NB) scales in K_SCALES.
@@ -105,7 +105,8 @@ def _block_sparse_kernel(
         pool_off = (b.to(tl.int64) * group_heads + hq // num_blocks) * num_blocks * HEAD_DIM
         acc, l_i, m_i = attend_pooled_blocks(
             acc, l_i, m_i, q, K_POOL + pool_off, V_POOL + pool_off, LOG2_LEN,
-            ROUTED_BITS + list_row * bits_stride, num_blocks, qk_scale_log2, HEAD_DIM, POOL_CHUNK, DOT_DTYPE)
+            ROUTED_BITS + list_row * bits_stride, num_blocks, qk_scale_log2, HEAD_DIM, POOL_CHUNK, DOT_DTYPE,
+            SPLIT_PV)
     if QUANTIZED:
         # The tile's codes and scale (engine.quantize), made after the pooled term, which takes
         # q itself: the codes are not held through that loop.
@@ -125,10 +126,10 @@ def _block_sparse_kernel(
         acc, l_i, m_i = attend_grid_rows(
             acc, l_i, m_i, q_exact, k_base, v_base, stride_kn, stride_vn, ids, n_grid, GRID_HW, GRID_W,
             tokens_t, tokens_h, tokens_w, score_scale, key_scales, TILE_T, TILE_H, TILE_W, BLOCK_N, HEAD_DIM,
-            DOT_DTYPE, OFFSET_DTYPE, GRID_PADDED, QUANTIZED)
+            DOT_DTYPE, OFFSET_DTYPE, GRID_PADDED, QUANTIZED, SPLIT_PV)
     acc, l_i, m_i = attend_gathered_blocks(
         acc, l_i, m_i, q_exact, k_base, v_base, stride_kn, stride_vn, ids + n_grid, n_extra, ROW_MAP, score_scale,
-        key_scales, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, QUANTIZED)
+        key_scales, BLOCK_TOKENS, BLOCK_N, HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, QUANTIZED, SPLIT_PV)
     # A row with no term at all (Sol without its pooled term, nothing picked) is zero, unless
     # its query is NaN: NaN in, NaN out.
     empty = l_i == 0
@@ -138,6 +139,20 @@ def _block_sparse_kernel(
     out = tl.where((empty & q_nan)[:, None], float("nan"), out)
     tl.store(O + head_offset(b, h, stride_ob, stride_oh) + rows[:, None] * stride_on + offs_d[None, :],
              out.to(O.dtype.element_ty), mask=row_ok[:, None])
+
+
+def tile_warps(config: LaunchConfig, block_m: int) -> int:
+    """Warps of a program with ``block_m``-row query tiles: Sol's (64 rows) or PSA's (more)."""
+    return config.psa_warps if block_m > 64 else config.sol_warps
+
+
+def split_pv(config: LaunchConfig, block_m: int, head_dim: int) -> bool:
+    """Whether the kernel computes P·V as two dots over the halves of the head dim
+    (``tile_loop.softmax_update``): on the rows whose dots are ``mma.sync`` (no TMA, every GPU
+    before Hopper) when the query tile has fewer rows than the head dim but enough for every
+    warp to own 16 of them (Triton then lays the warps along the rows; with fewer rows they
+    would repeat each other's work)."""
+    return not config.tma and 16 * tile_warps(config, block_m) <= block_m < head_dim
 
 
 def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Tensor, head_base: int,
@@ -179,7 +194,8 @@ def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Ten
             GRID_PADDED=lay.padded or bt % block_n != 0, POOLED=pooled is not None,
             POOL_CHUNK=config.pool_chunk, QUANTIZED=keys is not None,
             CODE_DTYPE=None if keys is None else CODE_DTYPES[keys.codes.dtype],
-            num_warps=config.psa_warps if block_m > 64 else config.sol_warps,
+            SPLIT_PV=split_pv(config, block_m, D),
+            num_warps=tile_warps(config, block_m),
             num_stages=config.num_stages,
         )
     return out

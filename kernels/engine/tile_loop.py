@@ -40,15 +40,47 @@ NEG_BIG = tl.constexpr(-1.0e30)
 
 
 @triton.jit
-def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr):
-    """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D) into the state."""
+def softmax_update(acc, l_i, m_i, s, v, P_DTYPE: tl.constexpr, SPLIT_PV: tl.constexpr):
+    """Fold scores ``s`` (log2 domain, BLOCK_M × n) with values ``v`` (n × D, or with SPLIT_PV
+    its two halves of the head dim, :func:`load_values`) into the state.
+
+    SPLIT_PV: P·V as two dots of D/2 columns each. Triton lays out the warps of a chain of
+    ``mma.sync`` dots (every GPU before Hopper) along the query rows only when a dot has at
+    least as many rows as columns; a 64-row tile with d 128 got them along the columns
+    instead, so that every key step passed P and the row statistics between the warps through
+    shared memory (11 barriers a step in the sm_89 build, 2 with the split; kernels/DESIGN.md)."""
     m_new = tl.maximum(m_i, tl.max(s, 1))
     alpha = tl.math.exp2(m_i - m_new)
     p = tl.math.exp2(s - m_new[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
+    p = p.to(P_DTYPE)
     # The rescaled accumulator goes into the MMA as its C operand: no separate add.
-    acc = tl.dot(p.to(P_DTYPE), v.to(P_DTYPE), acc * alpha[:, None])
+    if SPLIT_PV:
+        M: tl.constexpr = acc.shape[0]
+        D: tl.constexpr = acc.shape[1]
+        lo, hi = tl.split(tl.permute(tl.reshape(acc, [M, 2, D // 2]), (0, 2, 1)))
+        lo = tl.dot(p, v[0].to(P_DTYPE), lo * alpha[:, None])
+        hi = tl.dot(p, v[1].to(P_DTYPE), hi * alpha[:, None])
+        acc = tl.reshape(tl.permute(tl.join(lo, hi), (0, 2, 1)), [M, D])
+    else:
+        acc = tl.dot(p, v.to(P_DTYPE), acc * alpha[:, None])
     return acc, l_i, m_new
+
+
+@triton.jit
+def load_values(row_ptrs, HEAD_DIM: tl.constexpr, SPLIT_PV: tl.constexpr, row_ok=None):
+    """Value rows at ``row_ptrs`` (a pointer to each row's first element; rows not ``row_ok``
+    read as zeros): the n × HEAD_DIM tile, or with SPLIT_PV (:func:`softmax_update`) its two
+    halves of the head dim, each loaded by itself."""
+    mask = None if row_ok is None else row_ok[:, None]
+    other = None if row_ok is None else 0.0
+    if SPLIT_PV:
+        offs_h = tl.arange(0, HEAD_DIM // 2)
+        v = (tl.load(row_ptrs[:, None] + offs_h[None, :], mask=mask, other=other),
+             tl.load(row_ptrs[:, None] + HEAD_DIM // 2 + offs_h[None, :], mask=mask, other=other))
+    else:
+        v = tl.load(row_ptrs[:, None] + tl.arange(0, HEAD_DIM)[None, :], mask=mask, other=other)
+    return v
 
 
 @triton.jit
@@ -81,16 +113,17 @@ def next_block_id(block_ids, blk_next, t, n_steps, SUB: tl.constexpr):
 @triton.jit
 def attend_key_rows(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, rows, bias, blk, score_scale, key_scales,
                     HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr,
-                    PADDED: tl.constexpr, QUANTIZED: tl.constexpr):
+                    PADDED: tl.constexpr, QUANTIZED: tl.constexpr, SPLIT_PV: tl.constexpr):
     """One key step of the pointer loops: the K and V ``rows`` (tokens) of block ``blk`` folded
-    into the state, with ``bias`` (0 or -inf per key) added to the scores when PADDED."""
+    into the state, with ``bias`` (0 or -inf per key) added to the scores when PADDED;
+    SPLIT_PV: :func:`softmax_update`."""
     offs_d = tl.arange(0, HEAD_DIM)
     k = tl.load(k_base + rows[:, None].to(OFFSET_DTYPE) * stride_kn + offs_d[None, :])
-    v = tl.load(v_base + rows[:, None].to(OFFSET_DTYPE) * stride_vn + offs_d[None, :])
+    v = load_values(v_base + rows.to(OFFSET_DTYPE) * stride_vn, HEAD_DIM, SPLIT_PV)
     s = exact_scores(q, k, score_scale, key_scales, blk, DOT_DTYPE, QUANTIZED)
     if PADDED:
         s = s + bias[None, :]
-    return softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+    return softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE, SPLIT_PV)
 
 
 @triton.jit
@@ -98,7 +131,7 @@ def attend_gathered_blocks(
     acc, l_i, m_i, q,
     k_base, v_base, stride_kn, stride_vn, block_ids, count, row_map, score_scale, key_scales,
     BLOCK_TOKENS: tl.constexpr, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr,
-    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, QUANTIZED: tl.constexpr,
+    DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, QUANTIZED: tl.constexpr, SPLIT_PV: tl.constexpr,
 ):
     """Visit ``count`` key blocks listed at ``block_ids``, each in ceil(BLOCK_TOKENS / BLOCK_N)
     sub-tiles of BLOCK_N slots whose rows come from ``row_map`` (slot → token, -1 = padding).
@@ -109,7 +142,8 @@ def attend_gathered_blocks(
     the slots past the block when BLOCK_N does not divide it. OFFSET_DTYPE is int32
     whenever every row offset of one (batch, head) fits (the host checks), since 64-bit address
     arithmetic on every tile element costs twice the instructions. ``score_scale``,
-    ``key_scales``, QUANTIZED: :func:`exact_scores` (k then points at the key codes).
+    ``key_scales``, QUANTIZED: :func:`exact_scores` (k then points at the key codes); SPLIT_PV:
+    :func:`softmax_update`.
     """
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
@@ -120,7 +154,7 @@ def attend_gathered_blocks(
         rows = tl.load(row_map + blk * BLOCK_TOKENS + local, mask=local < BLOCK_TOKENS, other=-1)
         acc, l_i, m_i = attend_key_rows(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, tl.maximum(rows, 0),
                                         tl.where(rows >= 0, 0.0, float("-inf")), blk, score_scale, key_scales,
-                                        HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, True, QUANTIZED)
+                                        HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, True, QUANTIZED, SPLIT_PV)
     return acc, l_i, m_i
 
 
@@ -131,7 +165,7 @@ def attend_grid_rows(
     tokens_t, tokens_h, tokens_w, score_scale, key_scales,
     TILE_T: tl.constexpr, TILE_H: tl.constexpr, TILE_W: tl.constexpr, BLOCK_N: tl.constexpr,
     HEAD_DIM: tl.constexpr, DOT_DTYPE: tl.constexpr, OFFSET_DTYPE: tl.constexpr, PADDED: tl.constexpr,
-    QUANTIZED: tl.constexpr,
+    QUANTIZED: tl.constexpr, SPLIT_PV: tl.constexpr,
 ):
     """The pointer loop over grid blocks, every key row's token computed from the block id
     (the tile's frames, rows and columns, as the TMA boxes address them) rather than read from
@@ -143,7 +177,7 @@ def attend_grid_rows(
     row, column) order; PADDED: keys past the grid, or past the tile in its last sub-tile, get
     -inf and read row 0. Softmax does not depend on the order of a block's keys, so the slot
     map's order (real tokens first) need not be kept. ``score_scale``, ``key_scales``,
-    QUANTIZED: :func:`exact_scores`."""
+    QUANTIZED: :func:`exact_scores`; SPLIT_PV: :func:`softmax_update`."""
     BLOCK_TOKENS: tl.constexpr = TILE_T * TILE_H * TILE_W
     SUB: tl.constexpr = (BLOCK_TOKENS + BLOCK_N - 1) // BLOCK_N
     offs_n = tl.arange(0, BLOCK_N)
@@ -160,7 +194,7 @@ def attend_grid_rows(
             token = tl.where(inside, token, 0)
         acc, l_i, m_i = attend_key_rows(acc, l_i, m_i, q, k_base, v_base, stride_kn, stride_vn, token,
                                         tl.where(inside, 0.0, float("-inf")), blk, score_scale, key_scales,
-                                        HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, PADDED, QUANTIZED)
+                                        HEAD_DIM, DOT_DTYPE, OFFSET_DTYPE, PADDED, QUANTIZED, SPLIT_PV)
     return acc, l_i, m_i
 
 
@@ -206,7 +240,7 @@ def attend_tma_boxes(
             inside = ((t0 + box_t < tokens_t) & (hb * TILE_H + box_h < tokens_h)
                       & (wb * TILE_W + box_w < tokens_w))
             s = s + tl.where(inside, 0.0, float("-inf"))[None, :]
-        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE)
+        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, v, DOT_DTYPE, False)
     return acc, l_i, m_i
 
 
@@ -214,23 +248,24 @@ def attend_tma_boxes(
 def attend_pooled_blocks(
     acc, l_i, m_i, q,
     k_pool, v_pool, log2_len, routed_bits, num_blocks, qk_scale_log2,
-    HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, DOT_DTYPE: tl.constexpr,
+    HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT_PV: tl.constexpr,
 ):
     """Sol-Attn's pooled term: every key block whose bit in ``routed_bits`` (bit j % 64 of word
     j // 64) is clear enters as one column (``k_pool``/``v_pool``: this (batch, head)'s (NB, D)
-    pooled keys and mean values; ``log2_len``: log2 of the blocks' lengths), CHUNK blocks a step."""
+    pooled keys and mean values; ``log2_len``: log2 of the blocks' lengths), CHUNK blocks a step;
+    SPLIT_PV: :func:`softmax_update`."""
     offs_c = tl.arange(0, CHUNK)
     offs_d = tl.arange(0, HEAD_DIM)
     for c0 in range(0, num_blocks, CHUNK):
         cols = c0 + offs_c
         col_ok = cols < num_blocks
         kp = tl.load(k_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
-        vp = tl.load(v_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
+        vp = load_values(v_pool + cols * HEAD_DIM, HEAD_DIM, SPLIT_PV, col_ok)
         words = tl.load(routed_bits + cols // 64, mask=col_ok, other=0)
         routed = ((words >> (cols % 64).to(tl.int64)) & 1) != 0
         bias = tl.load(log2_len + cols, mask=col_ok & (routed == 0), other=float("-inf"))
         s = tl.dot(q, tl.trans(kp.to(DOT_DTYPE))) * qk_scale_log2 + bias[None, :]
-        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, vp, DOT_DTYPE)
+        acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, vp, DOT_DTYPE, SPLIT_PV)
     return acc, l_i, m_i
 
 

@@ -277,6 +277,30 @@ def test_kernel_matches_reference_on_3d_tiles(B, grid, tile, extra, H, D, dtype,
     torch.testing.assert_close(stats["density"], ref_stats["density"])
 
 
+@pytest.mark.parametrize("arch", [(8, 0), (8, 6)])
+def test_pointer_loop_splits_pv_of_64_row_tiles_at_d128(arch, poisoned_outputs):
+    """On the rows without TMA, Sol's 64-row tiles at d 128 compute P·V as two dots over the
+    halves of the head dim (``portable.split_pv``, ``tile_loop.softmax_update``): through the
+    pooled term, the grid's cut tiles and a text block, the reference's result. Tiles too short
+    for every warp to own 16 rows, tiles as long as the head dim and the TMA rows do not split."""
+    from kernels.engine.launch_config import ARCHITECTURES
+    from kernels.engine.portable import split_pv
+    from kernels.sol_rules import sol_layout
+
+    config = ARCHITECTURES[arch]
+    assert split_pv(config, 64, 128)
+    assert not (split_pv(config, 64, 64) or split_pv(config, 32, 64) or split_pv(config, 128, 128))
+    assert not split_pv(ARCHITECTURES[(9, 0)], 64, 128)
+    grid, tile, extra = (2, 5, 12), (1, 8, 8), 11
+    L = math.prod(grid) + extra
+    q, k, v = qkv(1, L, 2, 128, torch.bfloat16, seed=L)
+    kw = dict(beta=0.6, estimator="exact", grid=grid, tile=tile, return_stats=True)
+    out, stats = kernels.sol_attention(q, k, v, config=config, precision="bf16", **kw)
+    ref, ref_stats = kernels.sol_attention_reference(q, k, v, **kw)
+    assert per_block_rel_err(out, ref, sol_layout(L, grid, tile)) < 3e-2
+    assert torch.equal(stats["exact_blocks"], ref_stats["exact_blocks"])
+
+
 @pytest.mark.parametrize("seed", range(8))
 def test_random_grids_and_tiles_match_reference(seed, monkeypatch):
     """Seeded random grids (smaller or larger than the tile on any axis), tiles (the grid's
