@@ -230,6 +230,40 @@ def test_launches_are_compiled_with_the_jits_argument_specialisation(tmp_path):
     assert "%n_rows" not in signature, signature
 
 
+MMA_LAYOUT_PROBE = r"""
+import re
+import sys
+sys.path.insert(0, sys.argv[1])
+import compile_kernels
+from compile_kernels import ARCHITECTURES, capture_launches, compile_call
+
+compile_kernels.checks.kernel_device_ok = lambda device: True
+for case, launch, args, kw in capture_launches(ARCHITECTURES[(8, 9)], ("bf16", "int8")):
+    if launch.fn.__name__ == "_block_sparse_kernel" and case.startswith("sol 3D tiles, padded grid"):
+        ttgir = compile_call(launch.fn, args, kw, 89).asm["ttgir"]
+        warps = sorted(set(re.findall(r"nvidia_mma<\{[^}]*warpsPerCTA = (\[[^\]]*\])", ttgir)))
+        print(f"{case}|{kw['BLOCK_M']}|{kw['HEAD_DIM']}|{kw['SPLIT_PV']}|{' '.join(warps)}")
+"""
+
+
+def test_sol_tiles_on_the_pointer_rows_lay_their_warps_along_the_query_rows(tmp_path):
+    """Sol's 64-row tiles at d 128 on the RTX 40 row, bf16 and int8: P·V split over the head
+    dim's halves (``portable.split_pv``) makes Triton's ``mma.sync`` layout put the 4 warps
+    along the rows ([4, 1]); one 64 × 128 P·V dot gave [1, 4], and every key step moved P
+    between the warps through shared memory (kernels/DESIGN.md, "The portable loop")."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    probe = tmp_path / "probe.py"
+    probe.write_text(MMA_LAYOUT_PROBE)
+    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
+    rows = [line.split("|") for line in run.stdout.splitlines() if "|" in line]
+    assert [row[0] for row in rows] == ["sol 3D tiles, padded grid, text sinks",
+                                        "sol 3D tiles, padded grid, text sinks, int8"], run.stdout
+    for case, block_m, head_dim, split, warps in rows:
+        assert (block_m, head_dim, split, warps) == ("64", "128", "True", "[4, 1]"), case
+
+
 PTX_PROBE = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
