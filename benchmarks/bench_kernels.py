@@ -8,7 +8,11 @@ loop and the portable kernel with TMA boxes); ``--loops sm89,sm89/num_stages=4``
 launch row beside itself with settings changed (``LOOP_SETTINGS``). A forced pre-Hopper row
 is compiled for this GPU: on Hopper its dots are ``wgmma`` unless the process runs with
 ``DISABLE_MMA_V3=1`` (recorded in the file), which gives the row's own ``mma.sync`` (and turns
-the ``tma`` loop's to ``mma.sync`` too; the ``ws`` loop keeps its ``wgmma``).
+the ``tma`` loop's to ``mma.sync`` too; the ``ws`` loop keeps its ``wgmma``). Its Triton
+launches run with the shared memory an SM of the row's GPU holds (``sm_shared_memory``: 100 KB
+on RTX 30/40/50, 164 KB on the A100), so as many programs share an SM as there; each row
+records the bytes it emulated (``sm89/shared_memory_per_sm=233472`` times the row with an
+H100's SM).
 ``--precisions bf16,int8,fp8`` times every Sol, PSA and forced-architecture row once per
 precision of the exact blocks' QKᵀ (``precision`` of the kernels: on a ``ws`` row PSA's quantized calls run the Hopper loop and Sol's the portable
 kernel, ``kernels.engine``; fp8 on a forced sm_80 / sm_86 row is refused, and the row records
@@ -40,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import kernels  # noqa: E402
 from benchmarks.results_file import write_results  # noqa: E402
+from benchmarks.sm_shared_memory import SharedMemoryPerSM  # noqa: E402
 from kernels.engine import block_sparse_attention  # noqa: E402
 from kernels.engine.launch_config import ARCHITECTURES  # noqa: E402
 from kernels.sol_reference import check_sol_call  # noqa: E402
@@ -48,11 +53,18 @@ from kernels.sol_gpu_routing import pool_blocks, pooled_term, route  # noqa: E40
 
 OUT_PATH = None
 PRECISIONS = ("bf16",)  # --precisions: of the exact blocks' QKᵀ, every row timed once per precision
+SM_MEMORY = None  # SharedMemoryPerSM on a CUDA run: forced rows get their GPU's shared memory per SM
 
 
 def save(results):
     """Write the JSON after every row, so a job stopped at its time limit still leaves data."""
     write_results(OUT_PATH, results)
+
+
+def run_as(config):
+    """Triton launches from now on run with ``config``'s shared memory per SM where it is smaller
+    than this GPU's (``sm_shared_memory``); the bytes emulated, or None."""
+    return SM_MEMORY.emulate(config) if SM_MEMORY is not None else None
 
 
 def bench_ms(fn, rep_ms):
@@ -182,7 +194,7 @@ LOOPS = {"default": None, "ws": ARCHITECTURES[(9, 0)],
          **{f"sm{major}{minor}": config for (major, minor), config in ARCHITECTURES.items() if (major, minor) != (9, 0)}}
 # The settings a loop name may change after a "/": "sm89/num_stages=4/sol_warps=8" is the sm_89
 # row with those two changed, so one call can time a row beside its variants.
-LOOP_SETTINGS = ("num_stages", "sol_warps", "psa_warps", "psa_block_n", "pool_chunk")
+LOOP_SETTINGS = ("num_stages", "sol_stages", "sol_warps", "psa_warps", "psa_block_n", "pool_chunk", "shared_memory_per_sm")
 
 
 def loop_config(name: str):
@@ -243,6 +255,7 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 g, tile = grid, (None if tiling == "auto" else tuple(int(x) for x in tiling.split(":")))
             for rho, loop, precision in itertools.product(densities, loops, PRECISIONS):
                 cfg = LOOPS[loop]
+                emulated = run_as(cfg)
                 beta = kernels.beta_for_density(rho)
                 kw = dict(beta=beta, grid=g, tile=tile, config=cfg, precision=precision)
                 t0 = time.perf_counter()
@@ -271,7 +284,7 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 n_keep = max(64, int(round(density * L)))
                 t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
                 row = dict(L=L, inputs=kind, grid=g, tile=list(layout.tile), tiling=tiling, loop=loop,
-                           precision=precision, precision_ran=ran_precision(precision, cfg, "sol").describe(),
+                           shared_memory_per_sm_emulated=emulated, precision=precision, precision_ran=ran_precision(precision, cfg, "sol").describe(),
                            blocks=layout.n_blocks,
                            padding=layout.n_slots / L - 1, heads=H, head_dim=D, target_density=rho, beta=beta,
                            density=density, cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,
@@ -366,7 +379,7 @@ def bench_arch_configs(results, H, D, rep_ms, archs):
     for cap, precision in itertools.product(archs, PRECISIONS):
         config = ARCHITECTURES[cap]
         row = dict(arch=f"sm_{cap[0]}{cap[1]}", config=config.describe(), precision=precision, L=L, grid=grid,
-                   cudnn_ms=t_dense)
+                   cudnn_ms=t_dense, shared_memory_per_sm_emulated=run_as(config))
         kw = dict(config=config, precision=precision)
         try:  # fp8 on a row without fp8 tensor cores: the ValueError is the row's error
             row["precision_ran"] = {m: ran_precision(precision, config, m).describe() for m in ("sol", "psa")}
@@ -482,6 +495,7 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default
         for rho, loop, precision in itertools.product(densities, loops, PRECISIONS):
             params, dens = psa_params_for_density(grid, tile, H, rho)
             kw = dict(grid=grid, params=params, tile=tile, config=LOOPS[loop], precision=precision)
+            emulated = run_as(LOOPS[loop])
             t0 = time.perf_counter()
             out = kernels.psa_attention(q, k, v, **kw)
             torch.cuda.synchronize()
@@ -492,7 +506,7 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default
             mem = peak_extra_mb(lambda: kernels.psa_attention(q, k, v, **kw))
             n_keep = max(64, int(round(dens * L)))
             t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
-            row = dict(shape=name, loop=loop, precision=precision,
+            row = dict(shape=name, loop=loop, shared_memory_per_sm_emulated=emulated, precision=precision,
                        precision_ran=ran_precision(precision, LOOPS[loop], "psa").describe(), grid=grid, tile=tile, L=L,
                        heads=H, head_dim=D, target_density=rho, rel_l2_vs_cudnn=err,
                        density=dens, cudnn_ms=t_dense, psa_ms=t_psa, speedup=t_dense / t_psa,
@@ -538,19 +552,20 @@ def bench_dense_ceiling(results, H, D, rep_ms, loops=("default",)):
     _, route_every_block, _ = sol_pieces(q, k, v, float("-inf"), None, None)
     every_block, pooled = route_every_block()
     variants = {}
-    for loop in loops:
+    for loop in loops:  # name -> (launch row, call)
         cfg = LOOPS[loop]
-        variants[f"psa_full_mask_{loop}"] = lambda cfg=cfg: kernels.psa_attention(q, k, v, grid=grid, params=full,
-                                                                                   tile=tile, config=cfg)
-        variants[f"sol_loop_all_blocks_{loop}"] = lambda cfg=cfg: block_sparse_attention(q, k, v, every_block,
-                                                                                          scale=scale, config=cfg)
-        variants[f"sol_loop_all_blocks_pooled_{loop}"] = lambda cfg=cfg: block_sparse_attention(
+        variants[f"psa_full_mask_{loop}"] = cfg, lambda cfg=cfg: kernels.psa_attention(
+            q, k, v, grid=grid, params=full, tile=tile, config=cfg)
+        variants[f"sol_loop_all_blocks_{loop}"] = cfg, lambda cfg=cfg: block_sparse_attention(
+            q, k, v, every_block, scale=scale, config=cfg)
+        variants[f"sol_loop_all_blocks_pooled_{loop}"] = cfg, lambda cfg=cfg: block_sparse_attention(
             q, k, v, every_block, scale=scale, pooled=pooled, config=cfg)
     flex = torch.compile(flex_attention, dynamic=False)
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    variants["flex_no_mask"] = lambda: flex(qt, kt, vt).transpose(1, 2)
+    variants["flex_no_mask"] = None, lambda: flex(qt, kt, vt).transpose(1, 2)
     results["ceiling"] = row
-    for name, fn in variants.items():
+    for name, (cfg, fn) in variants.items():
+        run_as(cfg)
         try:
             err = rel_l2(fn(), ref)
             ms = bench_ms(fn, rep_ms)
@@ -623,13 +638,15 @@ def main(argv=None):
         kitchen, why_not = kitchen_sol_attn()
         if kitchen is None:
             ap.error(f"--kitchen: {why_not}")
-    global OUT_PATH, QKV_LAYOUT, PRECISIONS
+    global OUT_PATH, QKV_LAYOUT, PRECISIONS, SM_MEMORY
     OUT_PATH, QKV_LAYOUT, PRECISIONS = args.out, args.layout, tuple(precisions)
+    SM_MEMORY = SharedMemoryPerSM()
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     results = dict(command="python " + " ".join(sys.argv), started=time.strftime("%Y-%m-%d %H:%M:%S"),
                    comfy_kitchen=kitchen_version() if kitchen is not None else None,
                    device=torch.cuda.get_device_name(), torch=torch.__version__, triton=triton.__version__,
                    python=platform.python_version(), disable_mma_v3=os.environ.get("DISABLE_MMA_V3", ""),
+                   shared_memory_per_sm=SM_MEMORY.device_bytes,
                    layout=args.layout, precisions=list(PRECISIONS),
                    scratch_share=kernels.engine.SCRATCH_SHARE, checks=[],
                    sol=[], psa=[], arch_configs=[])

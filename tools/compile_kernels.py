@@ -30,7 +30,8 @@ with ``refused_by_triton``), and one that compiles fails the run (the refusal wo
 another look).
 
 One line per (architecture, kernel variant): shared memory against the architecture's limit
-per block, registers per thread (``cuobjdump -res-usage`` of the cubin), spills. Exit 1 when
+per block, registers per thread (``cuobjdump -res-usage`` of the cubin), spills, and how many
+programs of the launch an SM of that architecture holds at once (``programs_per_sm``). Exit 1 when
 any launch fails to compile or asks for more shared memory than its architecture has.
 ``--json FILE`` also writes the table. ``--ptx FILE`` writes every launch's PTX instructions
 (register numbers, labels, comments and debug sections dropped, counted), and ``--ptx-against
@@ -151,6 +152,18 @@ def resource_usage(cubin: bytes) -> dict:
     regs = re.search(r"REG:(\d+)", text)
     stack = re.search(r"STACK:(\d+)", text)
     return {"registers": int(regs.group(1)) if regs else None, "stack_bytes": int(stack.group(1)) if stack else None}
+
+
+def programs_per_sm(shared: int, registers: int, num_warps: int, config) -> int:
+    """Programs of one launch that an SM of ``config``'s GPU holds at once, as its shared memory
+    (plus the 1 KB the GPU reserves a block, against ``config.shared_memory_per_sm``) and its
+    registers (a warp's allocated in units of 256, 64K an SM) allow. The warp and block limits
+    per SM (48-64 warps) never bind first for the engine kernels (4-8 warps, at most a few
+    programs), so they are not counted."""
+    by_shared = config.shared_memory_per_sm // (shared + 1024)
+    warp_registers = -(-registers * 32 // 256) * 256
+    by_registers = 65536 // warp_registers // num_warps
+    return min(by_shared, by_registers)
 
 
 def qkv(B, L, H, D, dtype, layout):
@@ -387,6 +400,8 @@ def main(argv=None) -> int:
                     rows.append(row)
                     continue
                 row.update(shared=compiled.metadata.shared, **resource_usage(compiled.asm["cubin"]))
+                row["programs_per_sm"] = programs_per_sm(row["shared"], row["registers"], row["num_warps"],
+                                                         ARCHITECTURES[divmod(target, 10)])
                 counts = ptx_instructions(compiled.asm["ptx"])
                 row["mma"] = tensor_core_instructions(counts)
                 instructions[f"sm_{cap} {kernel} {case}"] = counts
@@ -394,7 +409,7 @@ def main(argv=None) -> int:
                 failures += not row["fits"]
                 print(f"{'ok  ' if row['fits'] else 'FAIL'} sm_{cap} {kernel:<21} {case}: TMA={row['tma']} WS={ws} "
                       f"shared {row['shared']} of {limit} bytes, {row['registers']} registers, "
-                      f"stack {row['stack_bytes']} bytes" + (f", {' '.join(row['mma'])}" if row["mma"] else ""),
+                      f"stack {row['stack_bytes']} bytes, {row['programs_per_sm']} an SM" + (f", {' '.join(row['mma'])}" if row["mma"] else ""),
                       flush=True)
             except Exception as exc:  # report every case, fail at the end
                 reason = triton_refusal(exc) if refused else None

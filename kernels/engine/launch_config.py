@@ -33,52 +33,66 @@ class LaunchConfig:
     ``tma``: grid blocks through TMA boxes (else the pointer loop); ``warp_specialized``: the
     Hopper loop of ``hopper_loop`` (a TMA producer warp, two consumer warpgroups) wherever a
     call allows it; ``num_stages``: the ring's slots there (as many as fit, at most this), else the
-    software-pipelining depth of the key loop; ``sol_warps``/``psa_warps``: warps per program
+    software-pipelining depth of the key loop; ``sol_stages``: that depth for Sol's 64-row query
+    tiles on the pointer loop; ``sol_warps``/``psa_warps``: warps per program
     (Sol: 64-row query tiles, PSA: up to 128-row tiles); ``psa_block_n``: PSA key rows per
     inner step of the pointer loop; ``pool_chunk``: pooled blocks per step of Sol's pooled
-    term; ``reason``: why, in a sentence (logged).
+    term; ``reason``: why, in a sentence (logged); ``shared_memory_per_sm``: the bytes of shared
+    memory one SM of the architecture holds, which with a launch's own shared memory (plus the
+    1 KB the GPU reserves a block) sets how many programs run on an SM at once.
     """
 
     name: str
     capability: tuple
     tma: bool
     num_stages: int
+    sol_stages: int
     sol_warps: int
     psa_warps: int
     psa_block_n: int
     reason: str
+    shared_memory_per_sm: int
     pool_chunk: int = 64
     warp_specialized: bool = False
 
     def describe(self) -> str:
         loop = "warp-specialised TMA loop" if self.warp_specialized else "TMA boxes" if self.tma else "pointer loop"
+        sol_stages = "" if self.tma or self.sol_stages == self.num_stages else f" (Sol {self.sol_stages})"
         return (f"{self.name} (sm_{self.capability[0]}{self.capability[1]}): "
-                f"{loop}, {self.num_stages} stages, "
+                f"{loop}, {self.num_stages} stages{sol_stages}, "
                 f"Sol {self.sol_warps} warps, PSA {self.psa_warps} warps / {self.psa_block_n}-row key steps; "
                 f"{self.reason}")
 
 
-# The rows with 99 KB of shared memory a block (sm_86, sm_89, sm_120): 64-row PSA key steps
-# let 3 stages fit (at most 98,304 bytes a launch, Triton 3.8 and 3.6); with the sm_89 row
-# forced on an H100, 3 stages ran Sol 1.21x and PSA 1.09-1.19x faster than 2.
-_POINTER_99KB = "no TMA before Hopper; 99 KB of shared memory: 3 stages with 64-row PSA key steps"
+# The rows with 100 KB of shared memory an SM (sm_86, sm_89, sm_120; 99 KB a block): 64-row PSA
+# key steps let 3 stages fit (at most 98,304 bytes a launch, Triton 3.8 and 3.6). Sol's 64-row
+# programs take 2: 49,408 bytes (bf16) let two of them share an SM, where 3 stages (81,920)
+# leave one; with the sm_89 row forced on an H100 whose SM was held to 100 KB
+# (benchmarks/sm_shared_memory.py), 2 stages ran Sol 1.22x (bf16) and 1.14x (int8) faster.
+_POINTER_99KB = ("no TMA before Hopper; 100 KB of shared memory an SM: 3 stages with 64-row PSA key steps, "
+                 "Sol 2 stages so that two of its programs share an SM")
 
 # capability -> configuration. Shared memory per launch (bytes, Triton 3.8 and 3.6) is printed
 # by tools/compile_kernels.py.
 ARCHITECTURES = {
     (8, 0): LaunchConfig("A100", (8, 0), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
-                         reason="no TMA before Hopper; 163 KB of shared memory hold 3 stages"),
+                         sol_stages=3, shared_memory_per_sm=164 * 1024,
+                         reason="no TMA before Hopper; 164 KB of shared memory an SM hold two programs of 3 stages"),
     (8, 6): LaunchConfig("RTX 30", (8, 6), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=64,
+                         sol_stages=2, shared_memory_per_sm=100 * 1024,
                          reason=_POINTER_99KB),
     (8, 9): LaunchConfig("RTX 40", (8, 9), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=64,
+                         sol_stages=2, shared_memory_per_sm=100 * 1024,
                          reason=_POINTER_99KB),
     (9, 0): LaunchConfig("H100/H200", (9, 0), tma=True, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
-                         warp_specialized=True,
+                         warp_specialized=True, sol_stages=3, shared_memory_per_sm=228 * 1024,
                          reason="warp-specialised TMA loop (hopper_loop); else TMA boxes, 227 KB of shared memory "
                                 "hold 3 stages (measured best on the H200)"),
     (10, 0): LaunchConfig("B200", (10, 0), tma=True, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
+                          sol_stages=3, shared_memory_per_sm=228 * 1024,
                           reason="TMA boxes; 227 KB of shared memory as on Hopper"),
     (12, 0): LaunchConfig("RTX 50", (12, 0), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=64,
+                          sol_stages=2, shared_memory_per_sm=100 * 1024,
                           reason=f"{_POINTER_99KB}; the pointer loop, since PSA's 128-row TMA boxes spill 656-704 "
                                  f"bytes per thread there (Triton 3.6)"),
 }

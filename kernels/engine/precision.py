@@ -28,22 +28,21 @@ relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.00
   so that Triton emits the ``mma.sync`` those cards run rather than the H100's ``wgmma``; the
   H100's int8 ``mma.sync`` runs at only 1.11-1.14x its bf16 rate (``benchmarks/mma_rates.py``),
   an A100's at 2x and an RTX 40/50's at 4x (whose bf16 with float32 sums runs at half rate);
-  the cards' own gains were not measured. Sol (``pointer_pv_split_h100.json``,
-  ``pointer_pv_split_005_h100.json``): int8 ran 1.21x (sm_80 row) and 1.22x (sm_89 row)
-  faster than bf16 at density 0.15 and 1.13-1.14x at 0.05 (the sm_86, sm_89 and sm_120 rows launch
-  the same kernels); ``auto`` picks int8 for Sol on all four. PSA at densities 0.15 / 0.40
-  (``mma_sync_rows_all_h100.json``): 1.08x / 1.11x faster on the sm_80 row (int8), 1.11-1.12x
-  / 1.09x slower on the other three (bf16). Another run of the sm_80 and sm_89 rows
-  (``mma_sync_rows_h100.json``) gives the same PSA choices.
+  the cards' own gains were not measured. Each row ran with the shared memory an SM of its
+  cards holds (``benchmarks/sm_shared_memory.py``: 164 KB for sm_80, 100 KB for the others),
+  so as many programs shared an SM as there. Sol (``rtx_sol_stages_h100.json``): int8 ran
+  1.22x (sm_80 row) and 1.12x (sm_89 row) faster than bf16 at density 0.15 and 1.14x / 1.06x
+  at 0.05 (the sm_86, sm_89 and sm_120 rows launch the same kernels); ``auto`` picks int8 for
+  Sol on all four. PSA at densities 0.15 / 0.40 (``rtx_psa_smem_h100.json``): 1.08x / 1.11x
+  faster on the sm_80 row (int8), 1.10x / 1.08x slower on the other three (bf16).
 - The Hopper loop (sm_90, H100): PSA's int8 ran 1.04-1.10x faster than bf16 at densities 0.15
   and 0.40 on Wan 720p's and HunyuanVideo 768p's grids (int8); Sol's int8 took 1.05x / 1.04x /
   1.10x of its bf16's time at densities 0.15 / 0.10 / 0.05 (1.02x in two more runs at 0.15)
   and 0.93x at 131K tokens, density 0.10 (bf16).
 - A row never forced (sm_100) stays bf16.
 
-The results files (``benchmarks/results/``, each with its command): ``pointer_pv_split_h100.json``,
-``pointer_pv_split_005_h100.json``, ``mma_sync_rows_all_h100.json`` and ``mma_sync_rows_h100.json``
-(the pointer rows on ``mma.sync``), ``mma_rates_mma_sync_h100.json``,
+The results files (``benchmarks/results/``, each with its command): ``rtx_sol_stages_h100.json``
+and ``rtx_psa_smem_h100.json`` (the pointer rows on ``mma.sync``), ``mma_rates_mma_sync_h100.json``,
 ``psa_hopper_8bit_qk_h100.json``, ``sol_ws_8bit_h100.json``,
 ``sol_ws_8bit_density015_h100_a.json``, ``_b.json`` and ``sol_ws_8bit_131k_h100.json`` (sm_90),
 ``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``.
@@ -85,18 +84,18 @@ def _auto(precision: str, why: str) -> PrecisionChoice:
 
 
 _NOT_FORCED = _auto("bf16", "int8 not measured on this launch row")
-_ON_MMA_SYNC = "forced on an H100 with its mma.sync"
+_ON_MMA_SYNC = "forced on an H100 with its mma.sync and its SM's shared memory"
 # The sm_86, sm_89 and sm_120 rows launch the same kernels (launch_config._POINTER_99KB).
 _POINTER_99KB_CHOICES = {
-    "sol": _auto("int8", f"int8 ran 1.22x faster than bf16 at density 0.15 and 1.13x at 0.05, adding 0.0004 "
+    "sol": _auto("int8", f"int8 ran 1.12x faster than bf16 at density 0.15 and 1.06x at 0.05, adding 0.0004 "
                          f"rel-L2 (sm_86, sm_89 and sm_120 rows {_ON_MMA_SYNC})"),
-    "psa": _auto("bf16", f"int8 ran 1.11x / 1.09x slower than bf16 at density 0.15 / 0.40 (sm_86, sm_89 and "
+    "psa": _auto("bf16", f"int8 ran 1.10x / 1.08x slower than bf16 at density 0.15 / 0.40 (sm_86, sm_89 and "
                          f"sm_120 rows {_ON_MMA_SYNC})"),
 }
 
 # capability -> method -> auto's choice, one entry per launch row of launch_config.ARCHITECTURES.
 AUTO_PRECISION = {
-    (8, 0): {"sol": _auto("int8", f"int8 ran 1.21x faster than bf16 at density 0.15 and 1.14x at 0.05, adding "
+    (8, 0): {"sol": _auto("int8", f"int8 ran 1.22x faster than bf16 at density 0.15 and 1.14x at 0.05, adding "
                                   f"0.0004 rel-L2 (sm_80 row {_ON_MMA_SYNC})"),
              "psa": _auto("int8", f"int8 ran 1.08x / 1.11x faster than bf16 at density 0.15 / 0.40, adding "
                                   f"0.0003 rel-L2 (sm_80 row {_ON_MMA_SYNC})")},

@@ -467,3 +467,46 @@ def test_edge_cover_matches_masked_attention_row_by_row(monkeypatch, grid, tile,
             err = (out[0, rows, h].float() - ref).norm(dim=-1) / ref.norm(dim=-1)
             worst = torch.zeros(nb, device="cuda").scatter_reduce(0, blocks[rows], err, "amax")
             assert worst.max().item() < 2e-2, f"head {h}: query block {worst.argmax().item()} off by {worst.max():.3g}"
+
+
+def test_a_forced_row_runs_with_the_shared_memory_of_its_gpus_sm():
+    """benchmarks/sm_shared_memory.py: held to an RTX 40 SM's 100 KB, every engine kernel a Sol
+    call of that row launched fits as many programs an SM as 100 KB allow (fewer than here for
+    one of more than 50 KB), and gets its own carveout back once the row is done."""
+    import ctypes
+    import dataclasses
+
+    from benchmarks.sm_shared_memory import SharedMemoryPerSM
+    from kernels.engine.portable import _block_sparse_kernel
+
+    row = dataclasses.replace(ARCHITECTURES[(8, 9)], sol_stages=3)  # 3 stages: more than half of 100 KB
+    emulator = SharedMemoryPerSM()
+    grid = (8, 24, 32)
+    q, k, v = random_qkv(1, grid[0] * grid[1] * grid[2], 2, "blhd", seed=5)
+
+    def programs_per_sm():
+        kernels.sol_attention(q, k, v, beta=1.04, grid=grid, config=row)
+        torch.cuda.synchronize()
+        counts = {}
+        for compiled in _block_sparse_kernel.device_caches[torch.cuda.current_device()][0].values():
+            if compiled.function in emulator.applied:
+                n = ctypes.c_int()
+                assert emulator.libcuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                    ctypes.byref(n), ctypes.c_void_p(compiled.function), compiled.metadata.num_warps * 32,
+                    compiled.metadata.shared) == 0
+                counts[compiled.function] = (compiled.metadata.shared, n.value)
+        return counts
+
+    try:
+        own = programs_per_sm()
+        assert emulator.emulate(row) == 100 * 1024
+        held = programs_per_sm()
+        assert emulator.emulate(None) is None
+        back = programs_per_sm()
+    finally:
+        from triton import knobs
+        knobs.runtime.launch_enter_hook.remove(emulator)
+    assert own and held.keys() == own.keys() and back == own
+    for function, (shared, programs) in held.items():
+        assert programs == min(own[function][1], 100 * 1024 // (shared + 1024)), (shared, programs, own[function])
+    assert any(shared > 50 * 1024 and programs < own[f][1] for f, (shared, programs) in held.items()), held

@@ -235,24 +235,28 @@ import re
 import sys
 sys.path.insert(0, sys.argv[1])
 import compile_kernels
-from compile_kernels import ARCHITECTURES, capture_launches, compile_call
+from compile_kernels import ARCHITECTURES, capture_launches, compile_call, programs_per_sm, resource_usage
 
 compile_kernels.checks.kernel_device_ok = lambda device: True
-for case, launch, args, kw in capture_launches(ARCHITECTURES[(8, 9)], ("bf16", "int8")):
+config = ARCHITECTURES[(8, 9)]
+for case, launch, args, kw in capture_launches(config, ("bf16", "int8")):
     if launch.fn.__name__ == "_block_sparse_kernel" and case.startswith("sol 3D tiles, padded grid"):
-        ttgir = compile_call(launch.fn, args, kw, 89).asm["ttgir"]
-        warps = sorted(set(re.findall(r"nvidia_mma<\{[^}]*warpsPerCTA = (\[[^\]]*\])", ttgir)))
-        print(f"{case}|{kw['BLOCK_M']}|{kw['HEAD_DIM']}|{kw['SPLIT_PV']}|{' '.join(warps)}")
+        compiled = compile_call(launch.fn, args, kw, 89)
+        warps = sorted(set(re.findall(r"nvidia_mma<\{[^}]*warpsPerCTA = (\[[^\]]*\])", compiled.asm["ttgir"])))
+        registers = resource_usage(compiled.asm["cubin"])["registers"]
+        programs = programs_per_sm(compiled.metadata.shared, registers, kw["num_warps"], config)
+        print(f"{case}|{kw['BLOCK_M']}|{kw['HEAD_DIM']}|{kw['SPLIT_PV']}|{' '.join(warps)}|{kw['num_stages']}|"
+              f"{compiled.metadata.shared}|{programs}")
 """
 
 
-def test_sol_tiles_on_the_pointer_rows_lay_their_warps_along_the_query_rows(tmp_path):
-    """Sol's 64-row tiles at d 128 on the RTX 40 row, bf16 and int8: P·V split over the head
-    dim's halves (``portable.split_pv``) makes Triton's ``mma.sync`` layout put the 4 warps
-    along the rows ([4, 1]); one 64 × 128 P·V dot gave [1, 4], and every key step moved P
-    between the warps through shared memory (kernels/DESIGN.md, "The portable loop")."""
+@pytest.fixture(scope="module")
+def sol_launches_of_the_rtx40_row(tmp_path_factory):
+    """Sol's engine launches of the RTX 40 row (3D tiles, padded grid, text sinks; bf16 and
+    int8) compiled for sm_89: (case, BLOCK_M, HEAD_DIM, SPLIT_PV, warpsPerCTA, stages, shared
+    bytes, programs an SM holds) each."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    probe = tmp_path / "probe.py"
+    probe = tmp_path_factory.mktemp("sol_rtx40") / "probe.py"
     probe.write_text(MMA_LAYOUT_PROBE)
     run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
@@ -260,8 +264,52 @@ def test_sol_tiles_on_the_pointer_rows_lay_their_warps_along_the_query_rows(tmp_
     rows = [line.split("|") for line in run.stdout.splitlines() if "|" in line]
     assert [row[0] for row in rows] == ["sol 3D tiles, padded grid, text sinks",
                                         "sol 3D tiles, padded grid, text sinks, int8"], run.stdout
-    for case, block_m, head_dim, split, warps in rows:
+    return rows
+
+
+def test_sol_tiles_on_the_pointer_rows_lay_their_warps_along_the_query_rows(sol_launches_of_the_rtx40_row):
+    """Sol's 64-row tiles at d 128 on the RTX 40 row, bf16 and int8: P·V split over the head
+    dim's halves (``portable.split_pv``) makes Triton's ``mma.sync`` layout put the 4 warps
+    along the rows ([4, 1]); one 64 × 128 P·V dot gave [1, 4], and every key step moved P
+    between the warps through shared memory (kernels/DESIGN.md, "The portable loop")."""
+    for case, block_m, head_dim, split, warps, *_ in sol_launches_of_the_rtx40_row:
         assert (block_m, head_dim, split, warps) == ("64", "128", "True", "[4, 1]"), case
+
+
+def test_two_sol_programs_share_an_sm_of_the_100kb_rows(sol_launches_of_the_rtx40_row):
+    """An RTX 30/40/50 SM holds 100 KB of shared memory: Sol's launches there take 2 stages
+    (``LaunchConfig.sol_stages``), 49,408 bytes, so that two programs share an SM; 3 stages
+    (81,920 bytes) left one, and ran 1.22x (bf16) / 1.14x (int8) slower with the sm_89 row forced
+    on an H100 whose SM was held to 100 KB (benchmarks/sm_shared_memory.py)."""
+    for case, *_, stages, shared, programs in sol_launches_of_the_rtx40_row:
+        assert stages == "2", case
+        assert int(programs) == 2, (case, shared)
+
+
+PROGRAMS_PROBE = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from compile_kernels import ARCHITECTURES, programs_per_sm
+
+rtx40, a100, h100 = ARCHITECTURES[(8, 9)], ARCHITECTURES[(8, 0)], ARCHITECTURES[(9, 0)]
+print(programs_per_sm(81920, 255, 4, rtx40), programs_per_sm(49408, 255, 4, rtx40),
+      programs_per_sm(81920, 255, 4, a100), programs_per_sm(81920, 255, 4, h100),
+      programs_per_sm(49408, 168, 4, a100), programs_per_sm(98304, 128, 8, rtx40), programs_per_sm(0, 32, 4, h100))
+"""
+
+
+def test_programs_an_sm_holds_count_shared_memory_with_its_reserve_and_registers_by_the_warp(tmp_path):
+    """Shared memory: 100 KB an RTX 40 SM holds one 81,920-byte program and two of 49,408 (with
+    1 KB reserved each); 164 KB (A100) and 228 KB (H100) two of
+    81,920. Registers: 255 a thread are allocated as 256, 8,192 a warp, so two 4-warp programs;
+    168 (5,376 a warp) three."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROGRAMS_PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.split() == ["1", "2", "2", "2", "3", "1", "16"], run.stdout
 
 
 PTX_PROBE = r"""

@@ -637,8 +637,9 @@ def test_auto_picks_the_table_row_and_logs_it_once(caplog):
                      f"[sparse-video-attention] precision auto for sol on sm_89 (the sm_89 row): {sol.describe()}",
                      "[sparse-video-attention] precision auto for psa on sm_87 (the sm_86 row): "
                      f"{prec.AUTO_PRECISION[(8, 6)]['psa'].describe()}"]
-    assert choice.describe() == ("bf16 (auto: int8 ran 1.11x / 1.09x slower than bf16 at density 0.15 / 0.40 "
-                                 "(sm_86, sm_89 and sm_120 rows forced on an H100 with its mma.sync))")
+    assert choice.describe() == ("bf16 (auto: int8 ran 1.10x / 1.08x slower than bf16 at density 0.15 / 0.40 "
+                                 "(sm_86, sm_89 and sm_120 rows forced on an H100 with its mma.sync and its SM's "
+                                 "shared memory))")
     assert sol.precision == "int8" and "faster" in sol.reason
     assert prec.resolve_precision("auto", ARCHITECTURES[(10, 0)], "sol").describe() == \
         "bf16 (auto: int8 not measured on this launch row)"

@@ -205,7 +205,8 @@ def test_overlap_partners_pair_the_blocks_that_share_most_and_keep_every_block_o
     (["--loops", "ws,bogus"], "--loops: unknown bogus; choose from default, ws, ws2, tma, sm80, sm86, sm89, sm100, sm120"),
     (["--loops", ""], "--loops: unknown (none given)"),
     (["--loops", "sm89/num_stages=0"], "--loops: sm89/num_stages=0: expected setting=positive integer, setting one of "
-                                       "num_stages, sol_warps, psa_warps, psa_block_n, pool_chunk, got 'num_stages=0'"),
+                                       "num_stages, sol_stages, sol_warps, psa_warps, psa_block_n, pool_chunk, shared_memory_per_sm, "
+                                       "got 'num_stages=0'"),
     (["--loops", "sm89/stages=4"], "got 'stages=4'"),
     (["--loops", "default/num_stages=4"], "--loops: default/num_stages=4: name a row to change"),
     (["--sol-inputs", "noise"], "--sol-inputs: unknown noise; choose from gaussian, video"),
@@ -218,6 +219,21 @@ def test_bench_kernels_refuses_what_it_cannot_run_before_it_needs_a_gpu(tmp_path
     from benchmarks import bench_kernels
 
     assert message in usage_error(bench_kernels.main, tmp_path, capsys, *args)
+
+
+def test_a_forced_row_asks_for_the_carveout_of_its_gpus_sm():
+    """An H100 SM holds 233,472 bytes: an RTX SM's 100 KB is 43 % of it (100,393 bytes, which
+    the driver rounds up to its 100 KB capacity), an A100's 164 KB 71 %; a row whose SM is not
+    smaller (or no row) keeps the kernel's own setting."""
+    from benchmarks.sm_shared_memory import carveout_percent
+    from kernels.engine.launch_config import ARCHITECTURES
+
+    h100 = ARCHITECTURES[(9, 0)].shared_memory_per_sm
+    assert h100 == 233_472
+    assert carveout_percent(ARCHITECTURES[(8, 9)].shared_memory_per_sm, h100) == 43
+    assert 43 * h100 // 100 <= 102_400 < 44 * h100 // 100
+    assert carveout_percent(ARCHITECTURES[(8, 0)].shared_memory_per_sm, h100) == 71
+    assert carveout_percent(h100, h100) is None and carveout_percent(None, h100) is None
 
 
 def test_a_loop_name_changes_the_settings_of_its_row():
