@@ -194,7 +194,8 @@ LOOPS = {"default": None, "ws": ARCHITECTURES[(9, 0)],
          **{f"sm{major}{minor}": config for (major, minor), config in ARCHITECTURES.items() if (major, minor) != (9, 0)}}
 # The settings a loop name may change after a "/": "sm89/num_stages=4/sol_warps=8" is the sm_89
 # row with those two changed, so one call can time a row beside its variants.
-LOOP_SETTINGS = ("num_stages", "sol_stages", "sol_warps", "psa_warps", "psa_block_n", "pool_chunk", "shared_memory_per_sm")
+LOOP_SETTINGS = ("num_stages", "sol_stages", "sol_warps", "psa_warps", "psa_block_n", "pool_chunk",
+                 "shared_memory_per_sm")
 
 
 def loop_config(name: str):
@@ -284,7 +285,8 @@ def bench_sol(results, seqs, densities, tilings, H, D, rep_ms, pool_chunks=(), l
                 n_keep = max(64, int(round(density * L)))
                 t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
                 row = dict(L=L, inputs=kind, grid=g, tile=list(layout.tile), tiling=tiling, loop=loop,
-                           shared_memory_per_sm_emulated=emulated, precision=precision, precision_ran=ran_precision(precision, cfg, "sol").describe(),
+                           shared_memory_per_sm_emulated=emulated, precision=precision,
+                           precision_ran=ran_precision(precision, cfg, "sol").describe(),
                            blocks=layout.n_blocks,
                            padding=layout.n_slots / L - 1, heads=H, head_dim=D, target_density=rho, beta=beta,
                            density=density, cudnn_ms=t_dense, sol_ms=t_sol, speedup=t_dense / t_sol,

@@ -32,6 +32,8 @@ def carveout_percent(limit: int | None, device_bytes: int) -> int | None:
 
 
 class SharedMemoryPerSM:
+    """The launch hook (installed on construction); ``emulate`` picks the row."""
+
     def __init__(self, device=0):
         from triton import knobs
 

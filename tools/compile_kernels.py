@@ -409,7 +409,8 @@ def main(argv=None) -> int:
                 failures += not row["fits"]
                 print(f"{'ok  ' if row['fits'] else 'FAIL'} sm_{cap} {kernel:<21} {case}: TMA={row['tma']} WS={ws} "
                       f"shared {row['shared']} of {limit} bytes, {row['registers']} registers, "
-                      f"stack {row['stack_bytes']} bytes, {row['programs_per_sm']} an SM" + (f", {' '.join(row['mma'])}" if row["mma"] else ""),
+                      f"stack {row['stack_bytes']} bytes, {row['programs_per_sm']} an SM"
+                      + (f", {' '.join(row['mma'])}" if row["mma"] else ""),
                       flush=True)
             except Exception as exc:  # report every case, fail at the end
                 reason = triton_refusal(exc) if refused else None
