@@ -77,7 +77,8 @@ _POINTER_99KB = ("no TMA before Hopper; 100 KB of shared memory an SM: 3 stages 
 ARCHITECTURES = {
     (8, 0): LaunchConfig("A100", (8, 0), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
                          sol_stages=3, shared_memory_per_sm=164 * 1024,
-                         reason="no TMA before Hopper; 164 KB of shared memory an SM hold two programs of 3 stages"),
+                         reason="no TMA before Hopper; 164 KB of shared memory an SM hold 3 stages "
+                                "(two of Sol's programs)"),
     (8, 6): LaunchConfig("RTX 30", (8, 6), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=64,
                          sol_stages=2, shared_memory_per_sm=100 * 1024,
                          reason=_POINTER_99KB),
