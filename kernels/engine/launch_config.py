@@ -66,7 +66,7 @@ class LaunchConfig:
 
 # The rows with 100 KB of shared memory an SM (sm_86, sm_89, sm_120; 99 KB a block): 64-row PSA
 # key steps let 3 stages fit (at most 98,304 bytes a launch, Triton 3.8 and 3.6). Sol's 64-row
-# programs take 2: 49,408 bytes (bf16) let two of them share an SM, where 3 stages (81,920)
+# programs take 2: 49,664 bytes let two of them share an SM, where 3 stages (81,920)
 # leave one; with the sm_89 row forced on an H100 whose SM was held to 100 KB
 # (benchmarks/sm_shared_memory.py), 2 stages ran Sol 1.22x (bf16) and 1.14x (int8) faster.
 _POINTER_99KB = ("no TMA before Hopper; 100 KB of shared memory an SM: 3 stages with 64-row PSA key steps, "

@@ -179,7 +179,7 @@ def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Ten
     block_n = min(config.psa_block_n, max(16, triton.next_power_of_2(bt)))
     batch_shared = mask.counts.shape[0] == 1
     pool = pooled if pooled is not None else PooledBlocks(k, v, lay.lengths)  # unused tensors when not pooled
-    bits = mask.bits if pooled is not None else mask.counts
+    bits = mask.bits.view(torch.int32) if pooled is not None else mask.counts  # tile_loop reads 32-bit words
     with device_guard(q):
         _block_sparse_kernel[(lists.work.shape[0], B)](
             Q=q, K=k_read, V=v, O=out, K_DESC=k_desc, V_DESC=v_desc,

@@ -30,8 +30,8 @@ relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.00
   an A100's at 2x and an RTX 40/50's at 4x (whose bf16 with float32 sums runs at half rate);
   the cards' own gains were not measured. Each row ran with the shared memory an SM of its
   cards holds (``benchmarks/sm_shared_memory.py``: 164 KB for sm_80, 100 KB for the others),
-  so as many programs shared an SM as there. Sol (``rtx_sol_stages_h100.json``): int8 ran
-  1.22x (sm_80 row) and 1.12x (sm_89 row) faster than bf16 at density 0.15 and 1.14x / 1.06x
+  so as many programs shared an SM as there. Sol (``rtx_sol_rows_h100.json``): int8 ran
+  1.18x (sm_80 row) and 1.12x (sm_89 row) faster than bf16 at density 0.15 and 1.12x / 1.07x
   at 0.05 (the sm_86, sm_89 and sm_120 rows launch the same kernels); ``auto`` picks int8 for
   Sol on all four. PSA at densities 0.15 / 0.40 (``rtx_psa_smem_h100.json``): 1.08x / 1.11x
   faster on the sm_80 row (int8), 1.10x / 1.08x slower on the other three (bf16).
@@ -41,7 +41,7 @@ relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.00
   and 0.93x at 131K tokens, density 0.10 (bf16).
 - A row never forced (sm_100) stays bf16.
 
-The results files (``benchmarks/results/``, each with its command): ``rtx_sol_stages_h100.json``
+The results files (``benchmarks/results/``, each with its command): ``rtx_sol_rows_h100.json``
 and ``rtx_psa_smem_h100.json`` (the pointer rows on ``mma.sync``), ``mma_rates_mma_sync_h100.json``,
 ``psa_hopper_8bit_qk_h100.json``, ``sol_ws_8bit_h100.json``,
 ``sol_ws_8bit_density015_h100_a.json``, ``_b.json`` and ``sol_ws_8bit_131k_h100.json`` (sm_90),
@@ -87,7 +87,7 @@ _NOT_FORCED = _auto("bf16", "int8 not measured on this launch row")
 _ON_MMA_SYNC = "forced on an H100 with its mma.sync and its SM's shared memory"
 # The sm_86, sm_89 and sm_120 rows launch the same kernels (launch_config._POINTER_99KB).
 _POINTER_99KB_CHOICES = {
-    "sol": _auto("int8", f"int8 ran 1.12x faster than bf16 at density 0.15 and 1.06x at 0.05, adding 0.0004 "
+    "sol": _auto("int8", f"int8 ran 1.12x faster than bf16 at density 0.15 and 1.07x at 0.05, adding 0.0004 "
                          f"rel-L2 (sm_86, sm_89 and sm_120 rows {_ON_MMA_SYNC})"),
     "psa": _auto("bf16", f"int8 ran 1.10x / 1.08x slower than bf16 at density 0.15 / 0.40 (sm_86, sm_89 and "
                          f"sm_120 rows {_ON_MMA_SYNC})"),
@@ -95,7 +95,7 @@ _POINTER_99KB_CHOICES = {
 
 # capability -> method -> auto's choice, one entry per launch row of launch_config.ARCHITECTURES.
 AUTO_PRECISION = {
-    (8, 0): {"sol": _auto("int8", f"int8 ran 1.22x faster than bf16 at density 0.15 and 1.14x at 0.05, adding "
+    (8, 0): {"sol": _auto("int8", f"int8 ran 1.18x faster than bf16 at density 0.15 and 1.12x at 0.05, adding "
                                   f"0.0004 rel-L2 (sm_80 row {_ON_MMA_SYNC})"),
              "psa": _auto("int8", f"int8 ran 1.08x / 1.11x faster than bf16 at density 0.15 / 0.40, adding "
                                   f"0.0003 rel-L2 (sm_80 row {_ON_MMA_SYNC})")},

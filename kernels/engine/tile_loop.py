@@ -250,20 +250,25 @@ def attend_pooled_blocks(
     k_pool, v_pool, log2_len, routed_bits, num_blocks, qk_scale_log2,
     HEAD_DIM: tl.constexpr, CHUNK: tl.constexpr, DOT_DTYPE: tl.constexpr, SPLIT_PV: tl.constexpr,
 ):
-    """Sol-Attn's pooled term: every key block whose bit in ``routed_bits`` (bit j % 64 of word
-    j // 64) is clear enters as one column (``k_pool``/``v_pool``: this (batch, head)'s (NB, D)
-    pooled keys and mean values; ``log2_len``: log2 of the blocks' lengths), CHUNK blocks a step;
-    SPLIT_PV: :func:`softmax_update`."""
+    """Sol-Attn's pooled term: every key block whose bit in ``routed_bits`` (the bitmap as 32-bit
+    words: bit j % 32 of word j // 32) is clear enters as one column (``k_pool``/``v_pool``: this
+    (batch, head)'s (NB, D) pooled keys and mean values; ``log2_len``: log2 of the blocks'
+    lengths), CHUNK blocks a step; SPLIT_PV: :func:`softmax_update`.
+
+    Every load of a step depends on ``cols`` alone (the lengths are loaded whatever the bit
+    says, then masked), so the loop pipelines; two chunks in flight, not the kernel's stages,
+    so that no row holds fewer programs an SM (kernels/DESIGN.md, "The pooled term's loads")."""
     offs_c = tl.arange(0, CHUNK)
     offs_d = tl.arange(0, HEAD_DIM)
-    for c0 in range(0, num_blocks, CHUNK):
+    for c0 in tl.range(0, num_blocks, CHUNK, num_stages=2):
         cols = c0 + offs_c
         col_ok = cols < num_blocks
         kp = tl.load(k_pool + cols[:, None] * HEAD_DIM + offs_d[None, :], mask=col_ok[:, None], other=0.0)
         vp = load_values(v_pool + cols * HEAD_DIM, HEAD_DIM, SPLIT_PV, col_ok)
-        words = tl.load(routed_bits + cols // 64, mask=col_ok, other=0)
-        routed = ((words >> (cols % 64).to(tl.int64)) & 1) != 0
-        bias = tl.load(log2_len + cols, mask=col_ok & (routed == 0), other=float("-inf"))
+        words = tl.load(routed_bits + cols // 32, mask=col_ok, other=0)
+        routed = ((words >> (cols % 32)) & 1) != 0
+        lengths = tl.load(log2_len + cols, mask=col_ok, other=float("-inf"))
+        bias = tl.where(routed, float("-inf"), lengths)
         s = tl.dot(q, tl.trans(kp.to(DOT_DTYPE))) * qk_scale_log2 + bias[None, :]
         acc, l_i, m_i = softmax_update(acc, l_i, m_i, s, vp, DOT_DTYPE, SPLIT_PV)
     return acc, l_i, m_i

@@ -238,10 +238,11 @@ import compile_kernels
 from compile_kernels import ARCHITECTURES, capture_launches, compile_call, programs_per_sm, resource_usage
 
 compile_kernels.checks.kernel_device_ok = lambda device: True
-config = ARCHITECTURES[(8, 9)]
+capability = int(sys.argv[2])
+config = ARCHITECTURES[divmod(capability, 10)]
 for case, launch, args, kw in capture_launches(config, ("bf16", "int8")):
     if launch.fn.__name__ == "_block_sparse_kernel" and case.startswith("sol 3D tiles, padded grid"):
-        compiled = compile_call(launch.fn, args, kw, 89)
+        compiled = compile_call(launch.fn, args, kw, capability)
         warps = sorted(set(re.findall(r"nvidia_mma<\{[^}]*warpsPerCTA = (\[[^\]]*\])", compiled.asm["ttgir"])))
         registers = resource_usage(compiled.asm["cubin"])["registers"]
         programs = programs_per_sm(compiled.metadata.shared, registers, kw["num_warps"], config)
@@ -250,21 +251,25 @@ for case, launch, args, kw in capture_launches(config, ("bf16", "int8")):
 """
 
 
-@pytest.fixture(scope="module")
-def sol_launches_of_the_rtx40_row(tmp_path_factory):
-    """Sol's engine launches of the RTX 40 row (3D tiles, padded grid, text sinks; bf16 and
-    int8) compiled for sm_89: (case, BLOCK_M, HEAD_DIM, SPLIT_PV, warpsPerCTA, stages, shared
-    bytes, programs an SM holds) each."""
+def sol_launches_of_a_row(capability: int, tmp_path_factory):
+    """Sol's engine launches of one architecture's row (3D tiles, padded grid, text sinks; bf16
+    and int8) compiled for it (``capability`` 89: sm_89): (case, BLOCK_M, HEAD_DIM, SPLIT_PV,
+    warpsPerCTA, stages, shared bytes, programs an SM holds) each."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    probe = tmp_path_factory.mktemp("sol_rtx40") / "probe.py"
+    probe = tmp_path_factory.mktemp(f"sol_sm{capability}") / "probe.py"
     probe.write_text(MMA_LAYOUT_PROBE)
-    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
+    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools"), str(capability)], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
     rows = [line.split("|") for line in run.stdout.splitlines() if "|" in line]
     assert [row[0] for row in rows] == ["sol 3D tiles, padded grid, text sinks",
                                         "sol 3D tiles, padded grid, text sinks, int8"], run.stdout
     return rows
+
+
+@pytest.fixture(scope="module")
+def sol_launches_of_the_rtx40_row(tmp_path_factory):
+    return sol_launches_of_a_row(89, tmp_path_factory)
 
 
 def test_sol_tiles_on_the_pointer_rows_lay_their_warps_along_the_query_rows(sol_launches_of_the_rtx40_row):
@@ -278,11 +283,21 @@ def test_sol_tiles_on_the_pointer_rows_lay_their_warps_along_the_query_rows(sol_
 
 def test_two_sol_programs_share_an_sm_of_the_100kb_rows(sol_launches_of_the_rtx40_row):
     """An RTX 30/40/50 SM holds 100 KB of shared memory: Sol's launches there take 2 stages
-    (``LaunchConfig.sol_stages``), 49,408 bytes, so that two programs share an SM; 3 stages
+    (``LaunchConfig.sol_stages``), 49,664 bytes, so that two programs share an SM; 3 stages
     (81,920 bytes) left one, and ran 1.22x (bf16) / 1.14x (int8) slower with the sm_89 row forced
     on an H100 whose SM was held to 100 KB (benchmarks/sm_shared_memory.py)."""
     for case, *_, stages, shared, programs in sol_launches_of_the_rtx40_row:
         assert stages == "2", case
+        assert int(programs) == 2, (case, shared)
+
+
+@pytest.mark.parametrize("capability", [80, 100])
+def test_two_sol_programs_share_an_sm_of_the_a100_and_b200_rows(capability, tmp_path_factory):
+    """The A100 and B200 rows run Sol at 3 stages, two programs an SM (registers bind on the
+    A100 first). The pooled term's loop keeps two chunks in flight (``attend_pooled_blocks``):
+    at the kernel's 3 stages the B200 launch took 116,256 bytes, one program an SM."""
+    for case, *_, stages, shared, programs in sol_launches_of_a_row(capability, tmp_path_factory):
+        assert stages == "3", case
         assert int(programs) == 2, (case, shared)
 
 
