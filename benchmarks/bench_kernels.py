@@ -194,8 +194,8 @@ LOOPS = {"default": None, "ws": ARCHITECTURES[(9, 0)],
          **{f"sm{major}{minor}": config for (major, minor), config in ARCHITECTURES.items() if (major, minor) != (9, 0)}}
 # The settings a loop name may change after a "/": "sm89/num_stages=4/sol_warps=8" is the sm_89
 # row with those two changed, so one call can time a row beside its variants.
-LOOP_SETTINGS = ("num_stages", "sol_stages", "sol_warps", "psa_warps", "psa_block_n", "pool_chunk",
-                 "shared_memory_per_sm")
+LOOP_SETTINGS = ("num_stages", "sol_stages", "psa_quantized_stages", "sol_warps", "psa_warps", "psa_block_n",
+                 "pool_chunk", "shared_memory_per_sm")
 
 
 def loop_config(name: str):

@@ -34,7 +34,8 @@ class LaunchConfig:
     Hopper loop of ``hopper_loop`` (a TMA producer warp, two consumer warpgroups) wherever a
     call allows it; ``num_stages``: the ring's slots there (as many as fit, at most this), else the
     software-pipelining depth of the key loop; ``sol_stages``: that depth for Sol's 64-row query
-    tiles on the pointer loop; ``sol_warps``/``psa_warps``: warps per program
+    tiles on the pointer loop; ``psa_quantized_stages``: that depth for PSA's longer tiles with
+    quantized (int8, fp8) keys there; ``sol_warps``/``psa_warps``: warps per program
     (Sol: 64-row query tiles, PSA: up to 128-row tiles); ``psa_block_n``: PSA key rows per
     inner step of the pointer loop; ``pool_chunk``: pooled blocks per step of Sol's pooled
     term; ``reason``: why, in a sentence (logged); ``shared_memory_per_sm``: the bytes of shared
@@ -47,6 +48,7 @@ class LaunchConfig:
     tma: bool
     num_stages: int
     sol_stages: int
+    psa_quantized_stages: int
     sol_warps: int
     psa_warps: int
     psa_block_n: int
@@ -57,9 +59,12 @@ class LaunchConfig:
 
     def describe(self) -> str:
         loop = "warp-specialised TMA loop" if self.warp_specialized else "TMA boxes" if self.tma else "pointer loop"
-        sol_stages = "" if self.tma or self.sol_stages == self.num_stages else f" (Sol {self.sol_stages})"
+        own_depths = [f"{calls} {stages}" for calls, stages in (("Sol", self.sol_stages),
+                                                                 ("PSA int8/fp8", self.psa_quantized_stages))
+                      if stages != self.num_stages]
+        depths = f" ({', '.join(own_depths)})" if own_depths else ""
         return (f"{self.name} (sm_{self.capability[0]}{self.capability[1]}): "
-                f"{loop}, {self.num_stages} stages{sol_stages}, "
+                f"{loop}, {self.num_stages} stages{depths}, "
                 f"Sol {self.sol_warps} warps, PSA {self.psa_warps} warps / {self.psa_block_n}-row key steps; "
                 f"{self.reason}")
 
@@ -69,31 +74,34 @@ class LaunchConfig:
 # programs take 2: 49,664 bytes let two of them share an SM, where 3 stages (81,920)
 # leave one; with the sm_89 row forced on an H100 whose SM was held to 100 KB
 # (benchmarks/sm_shared_memory.py), 2 stages ran Sol 1.22x (bf16) and 1.14x (int8) faster.
+# PSA's int8/fp8 launches take 2: with 2 int8 beat bf16 on Wan 720p's and HunyuanVideo 768p's
+# grids, with 3 on Hunyuan's only (kernels/DESIGN.md, "On the 100 KB rows").
 _POINTER_99KB = ("no TMA before Hopper; 100 KB of shared memory an SM: 3 stages with 64-row PSA key steps, "
-                 "Sol 2 stages so that two of its programs share an SM")
+                 "Sol 2 stages so that two of its programs share an SM, PSA's int8/fp8 2 (int8 ran faster with 2)")
 
 # capability -> configuration. Shared memory per launch (bytes, Triton 3.8 and 3.6) is printed
 # by tools/compile_kernels.py.
 ARCHITECTURES = {
     (8, 0): LaunchConfig("A100", (8, 0), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
-                         sol_stages=3, shared_memory_per_sm=164 * 1024,
+                         sol_stages=3, psa_quantized_stages=3, shared_memory_per_sm=164 * 1024,
                          reason="no TMA before Hopper; 164 KB of shared memory an SM hold 3 stages "
                                 "(two of Sol's programs)"),
     (8, 6): LaunchConfig("RTX 30", (8, 6), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=64,
-                         sol_stages=2, shared_memory_per_sm=100 * 1024,
+                         sol_stages=2, psa_quantized_stages=2, shared_memory_per_sm=100 * 1024,
                          reason=_POINTER_99KB),
     (8, 9): LaunchConfig("RTX 40", (8, 9), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=64,
-                         sol_stages=2, shared_memory_per_sm=100 * 1024,
+                         sol_stages=2, psa_quantized_stages=2, shared_memory_per_sm=100 * 1024,
                          reason=_POINTER_99KB),
     (9, 0): LaunchConfig("H100/H200", (9, 0), tma=True, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
-                         warp_specialized=True, sol_stages=3, shared_memory_per_sm=228 * 1024,
+                         warp_specialized=True, sol_stages=3, psa_quantized_stages=3,
+                         shared_memory_per_sm=228 * 1024,
                          reason="warp-specialised TMA loop (hopper_loop); else TMA boxes, 227 KB of shared memory "
                                 "hold 3 stages (measured best on the H200)"),
     (10, 0): LaunchConfig("B200", (10, 0), tma=True, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=128,
-                          sol_stages=3, shared_memory_per_sm=228 * 1024,
+                          sol_stages=3, psa_quantized_stages=3, shared_memory_per_sm=228 * 1024,
                           reason="TMA boxes; 227 KB of shared memory as on Hopper"),
     (12, 0): LaunchConfig("RTX 50", (12, 0), tma=False, num_stages=3, sol_warps=4, psa_warps=8, psa_block_n=64,
-                          sol_stages=2, shared_memory_per_sm=100 * 1024,
+                          sol_stages=2, psa_quantized_stages=2, shared_memory_per_sm=100 * 1024,
                           reason=f"{_POINTER_99KB}; the pointer loop, since PSA's 128-row TMA boxes spill 656-704 "
                                  f"bytes per thread there (Triton 3.6)"),
 }

@@ -146,10 +146,12 @@ def tile_warps(config: LaunchConfig, block_m: int) -> int:
     return config.psa_warps if block_m > 64 else config.sol_warps
 
 
-def tile_stages(config: LaunchConfig, block_m: int) -> int:
+def tile_stages(config: LaunchConfig, block_m: int, quantized: bool) -> int:
     """Software-pipelining depth of a program with ``block_m``-row query tiles: Sol's (64 rows)
-    or PSA's (more)."""
-    return config.num_stages if block_m > 64 else config.sol_stages
+    or PSA's (more), whose ``quantized`` (int8, fp8) launches take a depth of their own."""
+    if block_m <= 64:
+        return config.sol_stages
+    return config.psa_quantized_stages if quantized else config.num_stages
 
 
 def split_pv(config: LaunchConfig, block_m: int, head_dim: int) -> bool:
@@ -202,6 +204,6 @@ def portable_attention(q, k, v, mask: BlockMask, *, scale: float, out: torch.Ten
             CODE_DTYPE=None if keys is None else CODE_DTYPES[keys.codes.dtype],
             SPLIT_PV=split_pv(config, block_m, D),
             num_warps=tile_warps(config, block_m),
-            num_stages=tile_stages(config, block_m),
+            num_stages=tile_stages(config, block_m, keys is not None),
         )
     return out

@@ -32,9 +32,11 @@ relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.00
   cards holds (``benchmarks/sm_shared_memory.py``: 164 KB for sm_80, 100 KB for the others),
   so as many programs shared an SM as there. Sol (``rtx_sol_rows_h100.json``): int8 ran
   1.18x (sm_80 row) and 1.12x (sm_89 row) faster than bf16 at density 0.15 and 1.12x / 1.07x
-  at 0.05 (the sm_86, sm_89 and sm_120 rows launch the same kernels); ``auto`` picks int8 for
-  Sol on all four. PSA at densities 0.15 / 0.40 (``rtx_psa_smem_h100.json``): 1.08x / 1.11x
-  faster on the sm_80 row (int8), 1.10x / 1.08x slower on the other three (bf16).
+  at 0.05 (the sm_86, sm_89 and sm_120 rows launch the same kernels). PSA at densities 0.15 /
+  0.40 (``rtx_psa_quantized_stages_h100.json``), int8 against bf16 on Wan 720p's grid and
+  HunyuanVideo 768p's: 1.08x / 1.11x and 1.14x / 1.22x faster on the sm_80 row, 1.02x / 1.06x
+  and 1.06x / 1.08x on the other three (their int8 launches with 2 stages,
+  ``LaunchConfig.psa_quantized_stages``). ``auto`` picks int8 for both methods on all four.
 - The Hopper loop (sm_90, H100): PSA's int8 ran 1.04-1.10x faster than bf16 at densities 0.15
   and 0.40 on Wan 720p's and HunyuanVideo 768p's grids (int8); Sol's int8 took 1.05x / 1.04x /
   1.10x of its bf16's time at densities 0.15 / 0.10 / 0.05 (1.02x in two more runs at 0.15)
@@ -42,8 +44,8 @@ relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.00
 - A row never forced (sm_100) stays bf16.
 
 The results files (``benchmarks/results/``, each with its command): ``rtx_sol_rows_h100.json``
-and ``rtx_psa_smem_h100.json`` (the pointer rows on ``mma.sync``), ``mma_rates_mma_sync_h100.json``,
-``psa_hopper_8bit_qk_h100.json``, ``sol_ws_8bit_h100.json``,
+and ``rtx_psa_quantized_stages_h100.json`` (the pointer rows on ``mma.sync``),
+``mma_rates_mma_sync_h100.json``, ``psa_hopper_8bit_qk_h100.json``, ``sol_ws_8bit_h100.json``,
 ``sol_ws_8bit_density015_h100_a.json``, ``_b.json`` and ``sol_ws_8bit_131k_h100.json`` (sm_90),
 ``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``.
 """
@@ -89,8 +91,9 @@ _ON_MMA_SYNC = "forced on an H100 with its mma.sync and its SM's shared memory"
 _POINTER_99KB_CHOICES = {
     "sol": _auto("int8", f"int8 ran 1.12x faster than bf16 at density 0.15 and 1.07x at 0.05, adding 0.0004 "
                          f"rel-L2 (sm_86, sm_89 and sm_120 rows {_ON_MMA_SYNC})"),
-    "psa": _auto("bf16", f"int8 ran 1.10x / 1.08x slower than bf16 at density 0.15 / 0.40 (sm_86, sm_89 and "
-                         f"sm_120 rows {_ON_MMA_SYNC})"),
+    "psa": _auto("int8", f"int8 ran 1.02x / 1.06x faster than bf16 at density 0.15 / 0.40 on Wan 720p's grid and "
+                         f"1.06x / 1.08x on HunyuanVideo 768p's, adding 0.0003 rel-L2 (sm_86, sm_89 and sm_120 rows "
+                         f"{_ON_MMA_SYNC})"),
 }
 
 # capability -> method -> auto's choice, one entry per launch row of launch_config.ARCHITECTURES.

@@ -277,22 +277,24 @@ def test_kernel_matches_reference_on_3d_tiles(B, grid, tile, extra, H, D, dtype,
     torch.testing.assert_close(stats["density"], ref_stats["density"])
 
 
-def test_sol_programs_take_their_own_pipeline_depth_on_the_100kb_rows():
+def test_sol_and_quantized_psa_take_their_own_pipeline_depth_on_the_100kb_rows():
     """On RTX 30/40/50 (100 KB of shared memory an SM) Sol's 64-row programs run 2 stages, so
-    that two share an SM, and PSA's longer tiles 3 (kernels/DESIGN.md); the A100 and the TMA
-    rows run 3 for both. The row's description says so where they differ."""
+    that two share an SM, PSA's longer tiles 3 in bf16 and 2 with int8/fp8 keys
+    (kernels/DESIGN.md); the A100 and the TMA rows run 3 for all. The row's description says
+    so where they differ."""
     from kernels.engine.launch_config import ARCHITECTURES
     from kernels.engine.portable import tile_stages
 
     for cap in ((8, 6), (8, 9), (12, 0)):
         row = ARCHITECTURES[cap]
-        assert (tile_stages(row, 64), tile_stages(row, 128)) == (2, 3)
+        assert [tile_stages(row, 64, q) for q in (False, True)] == [2, 2]
+        assert [tile_stages(row, 128, q) for q in (False, True)] == [3, 2]
         assert row.shared_memory_per_sm == 100 * 1024
-        assert "pointer loop, 3 stages (Sol 2), " in row.describe()
+        assert "pointer loop, 3 stages (Sol 2, PSA int8/fp8 2), " in row.describe()
     for cap in ((8, 0), (9, 0), (10, 0)):
         row = ARCHITECTURES[cap]
-        assert (tile_stages(row, 64), tile_stages(row, 128)) == (3, 3)
-        assert "(Sol " not in row.describe().split(";")[0]
+        assert {tile_stages(row, m, q) for m in (64, 128) for q in (False, True)} == {3}
+        assert "(" not in row.describe().split("stages")[1].split(";")[0]
 
 
 @pytest.mark.parametrize("arch", [(8, 0), (8, 6)])

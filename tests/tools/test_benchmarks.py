@@ -205,8 +205,8 @@ def test_overlap_partners_pair_the_blocks_that_share_most_and_keep_every_block_o
     (["--loops", "ws,bogus"], "--loops: unknown bogus; choose from default, ws, ws2, tma, sm80, sm86, sm89, sm100, sm120"),
     (["--loops", ""], "--loops: unknown (none given)"),
     (["--loops", "sm89/num_stages=0"], "--loops: sm89/num_stages=0: expected setting=positive integer, setting one of "
-                                       "num_stages, sol_stages, sol_warps, psa_warps, psa_block_n, pool_chunk, "
-                                       "shared_memory_per_sm, got 'num_stages=0'"),
+                                       "num_stages, sol_stages, psa_quantized_stages, sol_warps, psa_warps, "
+                                       "psa_block_n, pool_chunk, shared_memory_per_sm, got 'num_stages=0'"),
     (["--loops", "sm89/stages=4"], "got 'stages=4'"),
     (["--loops", "default/num_stages=4"], "--loops: default/num_stages=4: name a row to change"),
     (["--sol-inputs", "noise"], "--sol-inputs: unknown noise; choose from gaussian, video"),
