@@ -100,20 +100,19 @@ class SparseAttentionPatch(io.ComfyNode):
                                        "self-attention calls ComfyUI's node declines (e.g. "
                                        "LTX-Video's head dim 64). Without that node: no effect."),
                 io.Combo.Input("precision", options=list(PRECISIONS), default="auto", optional=True,
-                               tooltip="Precision of the sparse kernels' exact blocks (QKᵀ). auto: "
-                                       "the measured faster one for this GPU's architecture and the "
-                                       "method, logged once and shown in the Inspector's summary "
-                                       "(int8 for PSA on H100/H200, else bf16 so far). bf16: the "
-                                       "model's dtype (bf16 or fp16). int8: q and k in int8, per "
-                                       "block, k minus its mean first (SageAttention-style); the "
-                                       "values, Sol's routing and its pooled term stay in the model's "
-                                       "dtype; it adds about 0.0004 to the attention's relative "
-                                       "error; it ran faster than bf16 only for PSA on H100/H200 "
-                                       "(README, Precision). fp8: the same in float8 e4m3 (scale per "
-                                       "block = max / 448) on fp8 tensor cores; RTX 40/50, H100/H200, "
-                                       "B200 only (refused with an error on A100 and RTX 30); as fast "
-                                       "as int8, adds about 0.003. backend reference: the float32 "
-                                       "reference of that precision."),
+                               tooltip="Precision of the sparse kernels' exact blocks (QKᵀ). auto: the "
+                                       "measured faster one for this GPU's architecture and the method, logged"
+                                       " once and shown in the Inspector's summary (int8 on A100 and RTX "
+                                       "30/40/50, and for PSA on H100/H200; else bf16). bf16: the model's "
+                                       "dtype (bf16 or fp16). int8: q and k in int8, per block, k minus its "
+                                       "mean first (SageAttention-style); the values, Sol's routing and its "
+                                       "pooled term stay in the model's dtype; it adds about 0.0004 to the "
+                                       "attention's relative error; it ran faster than bf16 on A100 and RTX "
+                                       "30/40/50 settings and for PSA on H100/H200 (README, Precision). fp8: "
+                                       "the same in float8 e4m3 (scale per block = max / 448) on fp8 tensor "
+                                       "cores; RTX 40/50, H100/H200, B200 only (refused with an error on A100 "
+                                       "and RTX 30); as fast as int8, adds about 0.003. backend reference: the"
+                                       " float32 reference of that precision."),
             ],
             outputs=[io.Model.Output(tooltip="The patched model.")],
         )

@@ -455,7 +455,8 @@ def test_precision_is_the_last_widget_and_defaults_to_auto(pack):
     last = pack.node_patch.SparseAttentionPatch.define_schema().inputs[-1]
     assert last.id == "precision" and last.default == "auto"
     assert list(last.options) == ["auto", "bf16", "int8", "fp8"] == list(pack._kernels.kernels.PRECISIONS)
-    assert "fp8" in last.tooltip and "int8 for PSA on H100/H200, else bf16 so far" in last.tooltip
+    assert "fp8" in last.tooltip
+    assert "(int8 on A100 and RTX 30/40/50, and for PSA on H100/H200; else bf16)" in last.tooltip
     assert pack.config.make_config().precision == "auto"
 
 
