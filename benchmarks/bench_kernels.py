@@ -416,10 +416,13 @@ def bench_arch_configs(results, H, D, rep_ms, archs):
 
 
 PSA_SHAPES = {
-    # name: (grid, tile), the paper's settings
+    # name: (grid, tile): the paper's settings, then the grids of shipped presets whose tiles are
+    # 8 tokens wide (mask_presets/wan2.2_ti2v_5b_720p_121f.json, wan2.1_1.3b_480p_81f.json)
     "wan720p": ((21, 45, 80), (3, 8, 16)),
     "wan720p_unpadded": ((21, 48, 80), (3, 8, 16)),
     "hunyuan768p": ((30, 48, 80), (6, 8, 8)),
+    "wan22_5b_720p": ((31, 22, 40), (2, 8, 8)),
+    "wan21_1.3b_480p": ((21, 30, 52), (3, 8, 8)),
 }
 
 
@@ -632,6 +635,10 @@ def main(argv=None):
     if wrong or not precisions:
         ap.error(f"--precisions: unknown {', '.join(wrong) or '(none given)'}; choose from "
                  f"{', '.join(kernels.PRECISIONS)}")
+    psa_shapes = [x for x in args.psa_shapes.split(",") if x]
+    unknown = sorted(set(psa_shapes) - set(PSA_SHAPES))
+    if unknown:
+        ap.error(f"--psa-shapes: unknown {', '.join(unknown)}; choose from {', '.join(PSA_SHAPES)}")
     sol_seqs = [int(x) for x in args.sol_seqs.split(",") if x]
     if "video" in sol_inputs and set(sol_seqs) - set(SOL_SHAPES):
         ap.error(f"--sol-inputs video needs a video grid: --sol-seqs from {sorted(SOL_SHAPES)}, got {args.sol_seqs}")
@@ -663,7 +670,7 @@ def main(argv=None):
     bench_sol(results, sol_seqs, [float(x) for x in args.densities.split(",")],
               [t for t in args.tilings.split(",") if t], args.heads, args.head_dim, args.rep_ms,
               [int(x) for x in args.pool_chunks.split(",") if x], loops, inputs=sol_inputs, kitchen=kitchen)
-    bench_psa(results, [x for x in args.psa_shapes.split(",") if x], [float(x) for x in args.psa_densities.split(",")],
+    bench_psa(results, psa_shapes, [float(x) for x in args.psa_densities.split(",")],
               args.heads, args.head_dim, args.rep_ms, not args.no_flex, loops)
     save(results)
     print("wrote", args.out)
