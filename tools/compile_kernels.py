@@ -193,6 +193,15 @@ PSA_CASES = [
     ("psa hunyuan single block, text", (6, 16, 32), (3, 8, 16), 256, torch.bfloat16, 128, "single_block"),
     ("psa hunyuan768p tile, fp16 d64", (6, 16, 16), (6, 8, 8), 77, torch.float16, 64, "heads_first"),
     ("psa 30-token tiles", (4, 6, 10), (2, 3, 5), 0, torch.bfloat16, 128, "blhd"),
+    # The rest of the shipped presets (mask_presets/): a tile, the rows its grid leaves in the
+    # last block row and a cut in frames or columns make a build of their own. HunyuanVideo 1.5
+    # (31, 45, 80), Wan 2.2 5B 720p (31, 22, 40), Wan 2.1 1.3B 480p (21, 30, 52), LTX-2 (16, 22, 40).
+    ("psa hunyuan1.5 preset grid, 5-row edge, cut frames", (7, 13, 32), (3, 8, 16), 0, torch.bfloat16, 128,
+     "heads_first"),
+    ("psa wan2.2 5b preset tile 2x8x8, 6-row edge", (5, 14, 16), (2, 8, 8), 0, torch.bfloat16, 128, "blhd"),
+    ("psa wan2.1 1.3b preset tile 3x8x8, 6-row and 4-column edges", (6, 14, 20), (3, 8, 8), 0, torch.bfloat16, 128,
+     "blhd"),
+    ("psa ltx2 preset tile 2x4x8, 2-row edge", (4, 10, 16), (2, 4, 8), 0, torch.bfloat16, 128, "blhd"),
 ]
 
 # (name, L, grid, dtype, head dim, layout, estimator)
@@ -205,10 +214,15 @@ SOL_CASES = [
 
 
 # Cases built again with int8 and with fp8 exact blocks: both loops (TMA boxes and the pointer
-# loop), text blocks, padding, fp16 and d 64, a view of a fused qkv, Sol's pooled term,
-# row-major blocks.
-QUANTIZED_CASES = ("psa wan720p tile, padded grid", "psa hunyuan single block, text", "psa hunyuan768p tile, fp16 d64",
-                   "psa 30-token tiles", "sol 3D tiles, padded grid, text sinks", "sol 3D tiles, fp16 d64",
+# loop), text blocks, padding, fp16 and d 64, a view of a fused qkv, every shipped preset's tile,
+# Sol's pooled term, row-major blocks.
+QUANTIZED_CASES = ("psa wan720p tile, padded grid", "psa wan720p tile, 5-row edge (edge cover)",
+                   "psa hunyuan single block, text", "psa hunyuan768p tile, fp16 d64",
+                   "psa 30-token tiles", "psa hunyuan1.5 preset grid, 5-row edge, cut frames",
+                   "psa wan2.2 5b preset tile 2x8x8, 6-row edge",
+                   "psa wan2.1 1.3b preset tile 3x8x8, 6-row and 4-column edges",
+                   "psa ltx2 preset tile 2x4x8, 2-row edge",
+                   "sol 3D tiles, padded grid, text sinks", "sol 3D tiles, fp16 d64",
                    "sol row-major, ragged tail")
 PRECISION_SUFFIXES = {"bf16": "", "int8": ", int8", "fp8": ", fp8"}
 assert set(QUANTIZED_CASES) <= {case[0] for case in PSA_CASES + SOL_CASES}, \

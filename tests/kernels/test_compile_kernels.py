@@ -118,12 +118,14 @@ def check_table(table):
     quantized = [r for r in engine if r["precision"] != "bf16"]
     # TMA boxes exactly where the copy engine exists and the configuration takes them; the
     # warp-specialised loop on Hopper only, for every case it takes in every precision
-    # (30-token tiles make no box).
+    # (30-token tiles make no box; PSA's 64-token tiles, LTX-2's preset, run TMA boxes, since
+    # the loop takes 64-row query tiles only with Sol's pooled term: hopper_loop.ws_supported).
     assert {r["arch"] for r in engine if r["tma"]} == {"sm_90", "sm_100"}
     assert {r["arch"] for r in engine if r["warp_specialized"]} == {"sm_90"}
-    assert {r["case"] for r in bf16 if r["arch"] == "sm_90" and not r["warp_specialized"]} == {"psa 30-token tiles"}
+    boxes_only = ("psa 30-token tiles", "psa ltx2 preset tile 2x4x8, 2-row edge")
+    assert {r["case"] for r in bf16 if r["arch"] == "sm_90" and not r["warp_specialized"]} == set(boxes_only)
     assert {r["case"] for r in quantized if r["warp_specialized"]} == {
-        r["case"] for r in quantized if r["arch"] == "sm_90" and not r["case"].startswith("psa 30-token tiles")}
+        r["case"] for r in quantized if r["arch"] == "sm_90" and not r["case"].startswith(boxes_only)}
     assert {r["case"] for r in quantized if r["arch"] == "sm_90" and not r["tma"]} == {
         "psa 30-token tiles, int8", "psa 30-token tiles, fp8"}
     # Every quantized case, int8 on every architecture and fp8 on those with fp8 tensor cores:
@@ -193,6 +195,41 @@ def test_a_row_forced_on_an_h100_runs_wgmma_unless_mma_v3_is_disabled(tmp_path):
     assert all(r["mma"] and all(i.startswith("mma.sync") for i in r["mma"]) for r in tables["mma_sync"])
     assert subprocess.run([sys.executable, str(ROOT / "tools" / "compile_kernels.py"), "--run-on", "sm_75"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300).returncode == 2
+
+
+PSA_CASES_PROBE = r"""
+import json
+import sys
+sys.path.insert(0, sys.argv[1])
+from compile_kernels import PSA_CASES, QUANTIZED_CASES
+print(json.dumps([[list(grid), list(tile)] for name, grid, tile, *_ in PSA_CASES if name in QUANTIZED_CASES]))
+"""
+
+
+def build_of(grid, tile):
+    """What of a grid makes a PSA launch a build of its own: the tile (constants of the
+    kernel), the rows the grid leaves in the last block row (the Hopper loop's edge cover) and
+    whether it cuts tiles in frames or columns (the padding bias there)."""
+    rows = grid[1] - (-(-grid[1] // tile[1]) - 1) * tile[1]
+    return tuple(tile), rows, grid[0] % tile[0] != 0 or grid[2] % tile[2] != 0
+
+
+def test_every_shipped_preset_is_compiled_as_its_grid_cuts_its_tile_in_every_precision(tmp_path):
+    """The launches a shipped preset makes (auto runs PSA in int8 on every row) are among those
+    compiled for every architecture in bf16, int8 and fp8: a preset whose tile no case builds
+    would reach users' GPUs with its shared memory and spills unchecked."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PSA_CASES_PROBE)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    compiled = {build_of(grid, tile) for grid, tile in json.loads(run.stdout)}
+    presets = sorted((ROOT / "mask_presets").glob("*.json"))
+    assert len(presets) >= 7
+    for path in presets:
+        preset = json.loads(path.read_text())
+        assert build_of(preset["grid"], preset["tile"]) in compiled, path.name
 
 
 SPECIALIZATION_PROBE = """
