@@ -36,6 +36,18 @@ def compile_all(tmp_path, extra_path=None):
     return table, run.stdout
 
 
+def run_probe(directory: Path, source: str, *args: str, timeout: int = 300) -> str:
+    """Runs a probe script (``source``, written to a file in ``directory``: @triton.jit needs its
+    source in one) without the interpreter, tools/ and ``args`` its arguments; its stdout."""
+    probe = directory / "probe.py"
+    probe.write_text(source)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools"), *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
+    return run.stdout
+
+
 def integer_mma(counts) -> bool:
     """An int8 tensor-core instruction: mma.sync / wgmma on s8, or Blackwell's tcgen05 kind::i8."""
     return any(("mma" in i and ".s8" in i) or "tcgen05.mma.cta_group::1.kind::i8" in i for i in counts)
@@ -218,13 +230,7 @@ def test_every_shipped_preset_is_compiled_as_its_grid_cuts_its_tile_in_every_pre
     """The launches a shipped preset makes (auto runs PSA in int8 on every row) are among those
     compiled for every architecture in bf16, int8 and fp8: a preset whose tile no case builds
     would reach users' GPUs with its shared memory and spills unchecked."""
-    probe = tmp_path / "probe.py"
-    probe.write_text(PSA_CASES_PROBE)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    compiled = {build_of(grid, tile) for grid, tile in json.loads(run.stdout)}
+    compiled = {build_of(grid, tile) for grid, tile in json.loads(run_probe(tmp_path, PSA_CASES_PROBE))}
     presets = sorted((ROOT / "mask_presets").glob("*.json"))
     assert len(presets) >= 7
     for path in presets:
@@ -256,13 +262,7 @@ def test_launches_are_compiled_with_the_jits_argument_specialisation(tmp_path):
     """As on the device: a stride divisible by 16 carries tt.divisibility, a count of 1 is a
     constant (not an argument). Without this, shared-memory sizes and the passes' input
     differed from what the H200 compiles."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    probe = tmp_path / "probe.py"  # @triton.jit needs its source in a file
-    probe.write_text(SPECIALIZATION_PROBE)
-    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    signature = run.stdout.split("signature:", 1)[1]
+    signature = run_probe(tmp_path, SPECIALIZATION_PROBE).split("signature:", 1)[1]
     assert "%row_stride: i32 {tt.divisibility = 16 : i32}" in signature, signature
     assert "%n_rows" not in signature, signature
 
@@ -292,15 +292,11 @@ def sol_launches_of_a_row(capability: int, tmp_path_factory):
     """Sol's engine launches of one architecture's row (3D tiles, padded grid, text sinks; bf16
     and int8) compiled for it (``capability`` 89: sm_89): (case, BLOCK_M, HEAD_DIM, SPLIT_PV,
     warpsPerCTA, stages, shared bytes, programs an SM holds) each."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    probe = tmp_path_factory.mktemp(f"sol_sm{capability}") / "probe.py"
-    probe.write_text(MMA_LAYOUT_PROBE)
-    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools"), str(capability)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-5000:] + run.stderr[-5000:]
-    rows = [line.split("|") for line in run.stdout.splitlines() if "|" in line]
+    stdout = run_probe(tmp_path_factory.mktemp(f"sol_sm{capability}"), MMA_LAYOUT_PROBE, str(capability),
+                       timeout=600)
+    rows = [line.split("|") for line in stdout.splitlines() if "|" in line]
     assert [row[0] for row in rows] == ["sol 3D tiles, padded grid, text sinks",
-                                        "sol 3D tiles, padded grid, text sinks, int8"], run.stdout
+                                        "sol 3D tiles, padded grid, text sinks, int8"], stdout
     return rows
 
 
@@ -355,13 +351,8 @@ def test_programs_an_sm_holds_count_shared_memory_with_its_reserve_and_registers
     1 KB reserved each); 164 KB (A100) and 228 KB (H100) two of
     81,920. Registers: 255 a thread are allocated as 256, 8,192 a warp, so two 4-warp programs;
     168 (5,376 a warp) three."""
-    probe = tmp_path / "probe.py"
-    probe.write_text(PROGRAMS_PROBE)
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert run.stdout.split() == ["1", "2", "2", "2", "3", "1", "16"], run.stdout
+    stdout = run_probe(tmp_path, PROGRAMS_PROBE)
+    assert stdout.split() == ["1", "2", "2", "2", "3", "1", "16"], stdout
 
 
 PTX_PROBE = r"""
@@ -387,13 +378,7 @@ def test_ptx_instructions_ignore_renumbering_and_compare_launches(tmp_path):
     """--ptx / --ptx-against: register numbers, labels, comments, .loc lines and debug sections
     do not count, nor how many registers are declared; another instruction does, and a launch
     the old file lacks is new."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    probe = tmp_path / "ptx_probe.py"
-    probe.write_text(PTX_PROBE)
-    run = subprocess.run([sys.executable, str(probe), str(ROOT / "tools")], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stdout + run.stderr
-    lines = run.stdout.splitlines()
+    lines = run_probe(tmp_path, PTX_PROBE).splitlines()
     assert lines[0] == ("[('.reg .b32 %r<n>;', 1), ('.visible .entry k(', 1), ('add.s32 %r, %r, %r;', 1), "
                         "('bra.uni $L;', 1)]"), lines[0]
     assert lines[1] == "True"
