@@ -416,13 +416,15 @@ def bench_arch_configs(results, H, D, rep_ms, archs):
 
 
 PSA_SHAPES = {
-    # name: (grid, tile): the paper's settings, then the grids of shipped presets whose tiles are
-    # 8 tokens wide (mask_presets/wan2.2_ti2v_5b_720p_121f.json, wan2.1_1.3b_480p_81f.json)
+    # name: (grid, tile): the paper's settings, then the grids of the shipped presets whose tiles
+    # differ from them (mask_presets/wan2.2_ti2v_5b_720p_121f.json, wan2.1_1.3b_480p_81f.json,
+    # ltx2_720p_121f.json)
     "wan720p": ((21, 45, 80), (3, 8, 16)),
     "wan720p_unpadded": ((21, 48, 80), (3, 8, 16)),
     "hunyuan768p": ((30, 48, 80), (6, 8, 8)),
     "wan22_5b_720p": ((31, 22, 40), (2, 8, 8)),
     "wan21_1.3b_480p": ((21, 30, 52), (3, 8, 8)),
+    "ltx2_720p": ((16, 22, 40), (2, 4, 8)),
 }
 
 

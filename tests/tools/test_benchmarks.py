@@ -214,7 +214,7 @@ def test_overlap_partners_pair_the_blocks_that_share_most_and_keep_every_block_o
     (["--kitchen"], "--kitchen: comfy_kitchen"),
     (["--precisions", "bf16,e4m3"], "--precisions: unknown e4m3; choose from auto, bf16, int8, fp8"),
     (["--psa-shapes", "wan720p,wan480p"], "--psa-shapes: unknown wan480p; choose from wan720p, wan720p_unpadded, "
-                                          "hunyuan768p, wan22_5b_720p, wan21_1.3b_480p"),
+                                          "hunyuan768p, wan22_5b_720p, wan21_1.3b_480p, ltx2_720p"),
     (["--scratch-share", "0"], "--scratch-share: expected a share in (0, 1], got 0.0"),
 ])
 def test_bench_kernels_refuses_what_it_cannot_run_before_it_needs_a_gpu(tmp_path, capsys, args, message):
