@@ -483,24 +483,69 @@ def flex_psa_block_mask(grid, params, tile, L):
     return flex_block_mask(m, L, block=128)
 
 
-def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default",)):
+PRESET_FOLDER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "mask_presets")
+
+
+def shipped_presets():
+    """name -> path of every preset in the pack's mask_presets/."""
+    return {name[:-len(".json")]: os.path.join(PRESET_FOLDER, name)
+            for name in sorted(os.listdir(PRESET_FOLDER)) if name.endswith(".json")}
+
+
+@dataclasses.dataclass(frozen=True)
+class PsaWorkload:
+    """One PSA timing: a grid and tile, stripe parameters (heads, 6), and where they came from."""
+
+    name: str
+    grid: tuple
+    tile: tuple
+    params: torch.Tensor
+    target_density: float | None  # the --psa-densities value, None for a preset's own parameters
+    preset_layer: int | None = None
+
+
+def psa_workloads(shapes, densities, H, presets):
+    """The --psa-shapes grids at each of ``densities`` (``H`` heads of synthetic stripes), then
+    each named shipped preset at its middle layer's own parameters (first step bucket), with
+    that preset's heads: the cost of the masks users run."""
+    for name in shapes:
+        grid, tile = PSA_SHAPES[name]
+        for rho in densities:
+            yield PsaWorkload(name, grid, tile, psa_params_for_density(grid, tile, H, rho)[0], rho)
+    for name in presets:
+        from kernels.preset_file import preset_from_json
+
+        with open(shipped_presets()[name], encoding="utf-8") as f:
+            preset = preset_from_json(f.read())
+        layer = preset.num_layers // 2
+        yield PsaWorkload(name, tuple(preset.grid), tuple(preset.tile), preset.params_for(layer), None, layer)
+
+
+def bench_psa(results, workloads, D, rep_ms, flex_on, loops=("default",)):
     from kernels.layout import tile_layout
+    from kernels.psa_mask import psa_mask
 
     flex = None
     if flex_on:
         from torch.nn.attention.flex_attention import flex_attention
 
         flex = torch.compile(flex_attention, dynamic=False)
-    for name in shapes:
-        grid, tile = PSA_SHAPES[name]
-        L = grid[0] * grid[1] * grid[2]
-        q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L + 1)
-        t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
-        mem_dense = peak_extra_mb(lambda: cudnn_sdpa(q, k, v))
-        print(f"PSA {name} grid={grid} tile={tile} L={L}: cuDNN {t_dense:.2f} ms", flush=True)
-        ref = cudnn_sdpa(q, k, v)
-        for rho, loop, precision in itertools.product(densities, loops, PRECISIONS):
-            params, dens = psa_params_for_density(grid, tile, H, rho)
+    inputs = None  # (grid, heads) -> q, k, v, cuDNN's output, time and memory: shared by the grid's rows
+    for work in workloads:
+        grid, tile, params = work.grid, work.tile, work.params
+        L, H = grid[0] * grid[1] * grid[2], params.shape[0]
+        if inputs is None or inputs[0] != (grid, H):
+            inputs = q = k = v = ref = None  # free the last grid's tensors first
+            q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L + 1)
+            t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
+            mem_dense = peak_extra_mb(lambda: cudnn_sdpa(q, k, v))
+            inputs = (grid, H), q, k, v, cudnn_sdpa(q, k, v), t_dense, mem_dense
+        _, q, k, v, ref, t_dense, mem_dense = inputs
+        source = (f"target density {work.target_density:.2f}" if work.preset_layer is None
+                  else f"preset layer {work.preset_layer}")
+        print(f"PSA {work.name} grid={grid} tile={tile} L={L} heads={H}, {source}: cuDNN {t_dense:.2f} ms", flush=True)
+        dens = psa_mask(grid, params, tile).density(tokens=True).mean().item()
+        for loop, precision in itertools.product(loops, PRECISIONS):
             kw = dict(grid=grid, params=params, tile=tile, config=LOOPS[loop], precision=precision)
             emulated = run_as(LOOPS[loop])
             t0 = time.perf_counter()
@@ -513,12 +558,14 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default
             mem = peak_extra_mb(lambda: kernels.psa_attention(q, k, v, **kw))
             n_keep = max(64, int(round(dens * L)))
             t_ideal = bench_ms(lambda: cudnn_sdpa(q, k[:, :n_keep], v[:, :n_keep]), rep_ms)
-            row = dict(shape=name, loop=loop, shared_memory_per_sm_emulated=emulated, precision=precision,
+            row = dict(shape=work.name, loop=loop, shared_memory_per_sm_emulated=emulated, precision=precision,
                        precision_ran=ran_precision(precision, LOOPS[loop], "psa").describe(), grid=grid, tile=tile, L=L,
-                       heads=H, head_dim=D, target_density=rho, rel_l2_vs_cudnn=err,
+                       heads=H, head_dim=D, target_density=work.target_density, rel_l2_vs_cudnn=err,
                        density=dens, cudnn_ms=t_dense, psa_ms=t_psa, speedup=t_dense / t_psa,
                        ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal, share_of_ideal=t_ideal / t_psa,
                        first_call_s=first_call_s, peak_extra_mb_psa=mem, peak_extra_mb_cudnn=mem_dense)
+            if work.preset_layer is not None:
+                row["preset_layer"] = work.preset_layer
             if flex is not None and loop == loops[0] and precision == PRECISIONS[0]:
                 try:
                     lay = tile_layout(grid, tile, device="cuda")
@@ -532,7 +579,7 @@ def bench_psa(results, shapes, densities, H, D, rep_ms, flex_on, loops=("default
                     row["flex_error"] = f"{type(exc).__name__}: {exc}"[:300]
             results["psa"].append(row)
             save(results)
-            print(f"  {loop} {precision} ρ={rho:.2f} density={dens:.3f} psa {t_psa:.2f} ms ({t_dense / t_psa:.2f}x, "
+            print(f"  {loop} {precision} density={dens:.3f} psa {t_psa:.2f} ms ({t_dense / t_psa:.2f}x, "
                   f"{100 * t_ideal / t_psa:.0f}% of ideal {t_dense / t_ideal:.2f}x) rel_l2 {err:.3f} "
                   f"flex {row.get('flex_speedup', float('nan')):.2f}x mem +{mem:.0f}MB vs +{mem_dense:.0f}MB "
                   f"first {first_call_s:.1f}s", flush=True)
@@ -600,6 +647,9 @@ def main(argv=None):
     ap.add_argument("--skip-checks", action="store_true")
     ap.add_argument("--psa-shapes", default="wan720p,wan720p_unpadded,hunyuan768p")
     ap.add_argument("--psa-densities", default="0.15,0.40")
+    ap.add_argument("--psa-presets", default="",
+                    help="also time PSA with shipped presets' own masks (their middle layer), comma separated "
+                         "names from mask_presets/, or all")
     ap.add_argument("--no-flex", action="store_true")
     ap.add_argument("--pool-chunks", default="", help="also time Sol's pooled term with these chunks, e.g. 128")
     ap.add_argument("--archs", default="", help="architecture configurations to force and time, e.g. 8.0,8.6,9.0")
@@ -641,6 +691,12 @@ def main(argv=None):
     unknown = sorted(set(psa_shapes) - set(PSA_SHAPES))
     if unknown:
         ap.error(f"--psa-shapes: unknown {', '.join(unknown)}; choose from {', '.join(PSA_SHAPES)}")
+    presets = [x for x in args.psa_presets.split(",") if x]
+    if presets == ["all"]:
+        presets = list(shipped_presets())
+    missing = sorted(set(presets) - set(shipped_presets()))
+    if missing:
+        ap.error(f"--psa-presets: unknown {', '.join(missing)}; choose from all, {', '.join(shipped_presets())}")
     sol_seqs = [int(x) for x in args.sol_seqs.split(",") if x]
     if "video" in sol_inputs and set(sol_seqs) - set(SOL_SHAPES):
         ap.error(f"--sol-inputs video needs a video grid: --sol-seqs from {sorted(SOL_SHAPES)}, got {args.sol_seqs}")
@@ -672,8 +728,8 @@ def main(argv=None):
     bench_sol(results, sol_seqs, [float(x) for x in args.densities.split(",")],
               [t for t in args.tilings.split(",") if t], args.heads, args.head_dim, args.rep_ms,
               [int(x) for x in args.pool_chunks.split(",") if x], loops, inputs=sol_inputs, kitchen=kitchen)
-    bench_psa(results, psa_shapes, [float(x) for x in args.psa_densities.split(",")],
-              args.heads, args.head_dim, args.rep_ms, not args.no_flex, loops)
+    workloads = psa_workloads(psa_shapes, [float(x) for x in args.psa_densities.split(",")], args.heads, presets)
+    bench_psa(results, workloads, args.head_dim, args.rep_ms, not args.no_flex, loops)
     save(results)
     print("wrote", args.out)
 

@@ -216,11 +216,35 @@ def test_overlap_partners_pair_the_blocks_that_share_most_and_keep_every_block_o
     (["--psa-shapes", "wan720p,wan480p"], "--psa-shapes: unknown wan480p; choose from wan720p, wan720p_unpadded, "
                                           "hunyuan768p, wan22_5b_720p, wan21_1.3b_480p, ltx2_720p"),
     (["--scratch-share", "0"], "--scratch-share: expected a share in (0, 1], got 0.0"),
+    (["--psa-presets", "wan2.1_14b_720p_81f,wan9"], "--psa-presets: unknown wan9; choose from all, "
+                                                    "hunyuan_video1.5_720p_121f, hunyuan_video_720p_129f"),
 ])
 def test_bench_kernels_refuses_what_it_cannot_run_before_it_needs_a_gpu(tmp_path, capsys, args, message):
     from benchmarks import bench_kernels
 
     assert message in usage_error(bench_kernels.main, tmp_path, capsys, *args)
+
+
+def test_bench_kernels_times_every_shipped_preset_with_its_own_middle_layer_mask():
+    """``--psa-presets all`` names each file of mask_presets/; each is timed with the stripes of
+    its middle layer, its own heads, grid and tile, after the synthetic grids."""
+    from benchmarks import bench_kernels
+    from kernels.preset_file import preset_from_json
+
+    names = sorted(p.stem for p in (Path(bench_kernels.__file__).parent.parent / "mask_presets").glob("*.json"))
+    assert list(bench_kernels.shipped_presets()) == names and len(names) == 7
+    work = list(bench_kernels.psa_workloads(["wan22_5b_720p"], [0.15, 0.40], 40, names))
+    assert [(w.name, w.target_density, w.preset_layer) for w in work[:2]] == [("wan22_5b_720p", 0.15, None),
+                                                                             ("wan22_5b_720p", 0.40, None)]
+    assert all(w.params.shape == (40, 6) for w in work[:2])
+    for w, name in zip(work[2:], names, strict=True):
+        preset = preset_from_json(Path(bench_kernels.shipped_presets()[name]).read_text())
+        assert (w.name, w.grid, w.tile, w.target_density) == (name, tuple(preset.grid), tuple(preset.tile), None)
+        assert w.preset_layer == preset.num_layers // 2 > 0
+        assert torch.equal(w.params, preset.params[0, w.preset_layer]) and w.params.shape[0] == preset.num_heads
+    five_b = work[2 + names.index("wan2.2_ti2v_5b_720p_121f")]
+    assert (five_b.grid, five_b.tile, five_b.params.shape, five_b.preset_layer) == ((31, 22, 40), (2, 8, 8),
+                                                                                  (24, 6), 15)
 
 
 def test_a_forced_row_asks_for_the_carveout_of_its_gpus_sm():
