@@ -16,9 +16,11 @@ H100's SM).
 ``--precisions bf16,int8,fp8`` times every Sol, PSA and forced-architecture row once per
 precision of the exact blocks' QKᵀ (``precision`` of the kernels: on a ``ws`` row PSA's quantized calls run the Hopper loop and Sol's the portable
 kernel, ``kernels.engine``; fp8 on a forced sm_80 / sm_86 row is refused, and the row records
-the error), each with its rel-L2 against cuDNN's output. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of
-ComfyUI's own Model Sparse Attention node) beside each Sol row, on the same inputs: at the same
-β (its ``tau``) and at the τ whose error matches the pack's (``bench_kitchen``). comfy-kitchen
+the error), each with its rel-L2 against cuDNN's output. ``--psa-presets all`` also times PSA
+with the masks users run: each shipped preset's middle layer, with its own heads, grid and
+tile. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of ComfyUI's own Model
+Sparse Attention node) beside each Sol row, on the same inputs: at the same β (its ``tau``)
+and at the τ whose error matches the pack's (``bench_kitchen``). comfy-kitchen
 is never a dependency of the pack: the package is put on ``PYTHONPATH`` for the benchmark only
 (docs/DEVELOPMENT.md says how). Every speed is also reported as a ratio to cuDNN SDPA timed in
 the same run. Correctness is checked first, on fresh random inputs, against the float32
