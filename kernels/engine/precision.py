@@ -36,7 +36,12 @@ relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.00
   0.40 (``rtx_psa_quantized_stages_h100.json``), int8 against bf16 on Wan 720p's grid and
   HunyuanVideo 768p's: 1.08x / 1.11x and 1.14x / 1.22x faster on the sm_80 row, 1.02x / 1.06x
   and 1.06x / 1.08x on the other three (their int8 launches with 2 stages,
-  ``LaunchConfig.psa_quantized_stages``). ``auto`` picks int8 for both methods on all four.
+  ``LaunchConfig.psa_quantized_stages``); on the grids of the shipped presets with 8-token-wide
+  tiles (``rtx_psa_depth_by_tile_h100.json``, ``a100_psa_depth_by_tile_h100.json``), Wan 2.2
+  5B 720p's and Wan 2.1 1.3B 480p's, 1.03x / 1.10x and 1.14x / 1.18x on the sm_80 row, 0.95x /
+  1.00x and 1.06x / 1.12x on the others. The shipped presets run at densities 0.30-0.39
+  (mean over layers), nearer 0.40, where int8 was never slower. ``auto`` picks int8 for both
+  methods on all four.
 - The Hopper loop (sm_90, H100): PSA's int8 ran 1.04-1.10x faster than bf16 at densities 0.15
   and 0.40 on Wan 720p's and HunyuanVideo 768p's grids (int8); Sol's int8 took 1.05x / 1.04x /
   1.10x of its bf16's time at densities 0.15 / 0.10 / 0.05 (1.02x in two more runs at 0.15)
@@ -44,7 +49,8 @@ relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.00
 - A row never forced (sm_100) stays bf16.
 
 The results files (``benchmarks/results/``, each with its command): ``rtx_sol_rows_h100.json``
-and ``rtx_psa_quantized_stages_h100.json`` (the pointer rows on ``mma.sync``),
+``rtx_psa_quantized_stages_h100.json``, ``rtx_psa_depth_by_tile_h100.json`` and
+``a100_psa_depth_by_tile_h100.json`` (the pointer rows on ``mma.sync``),
 ``mma_rates_mma_sync_h100.json``, ``psa_hopper_8bit_qk_h100.json``, ``sol_ws_8bit_h100.json``,
 ``sol_ws_8bit_density015_h100_a.json``, ``_b.json`` and ``sol_ws_8bit_131k_h100.json`` (sm_90),
 ``fidelity_precisions_h100.json``, ``fidelity_psa_precisions_h100_layer0.json``.
@@ -91,8 +97,9 @@ _ON_MMA_SYNC = "forced on an H100 with its mma.sync and its SM's shared memory"
 _POINTER_99KB_CHOICES = {
     "sol": _auto("int8", f"int8 ran 1.12x faster than bf16 at density 0.15 and 1.07x at 0.05, adding 0.0004 "
                          f"rel-L2 (sm_86, sm_89 and sm_120 rows {_ON_MMA_SYNC})"),
-    "psa": _auto("int8", f"int8 ran 1.02x / 1.06x faster than bf16 at density 0.15 / 0.40 on Wan 720p's grid and "
-                         f"1.06x / 1.08x on HunyuanVideo 768p's, adding 0.0003 rel-L2 (sm_86, sm_89 and sm_120 rows "
+    "psa": _auto("int8", f"int8 ran at 1.00x-1.12x bf16's speed at density 0.40 (near the shipped presets') and "
+                         f"0.95x-1.07x at 0.15 on the grids of Wan 720p, HunyuanVideo 768p and the Wan 2.2 5B and "
+                         f"2.1 1.3B presets, adding 0.0003 rel-L2 (sm_86, sm_89 and sm_120 rows "
                          f"{_ON_MMA_SYNC})"),
 }
 
@@ -100,8 +107,9 @@ _POINTER_99KB_CHOICES = {
 AUTO_PRECISION = {
     (8, 0): {"sol": _auto("int8", f"int8 ran 1.18x faster than bf16 at density 0.15 and 1.12x at 0.05, adding "
                                   f"0.0004 rel-L2 (sm_80 row {_ON_MMA_SYNC})"),
-             "psa": _auto("int8", f"int8 ran 1.08x / 1.11x faster than bf16 at density 0.15 / 0.40, adding "
-                                  f"0.0003 rel-L2 (sm_80 row {_ON_MMA_SYNC})")},
+             "psa": _auto("int8", f"int8 ran at 1.10x-1.22x bf16's speed at density 0.40 (near the shipped presets') "
+                                  f"and 1.03x-1.14x at 0.15 on the grids of Wan 720p, HunyuanVideo 768p and the Wan "
+                                  f"2.2 5B and 2.1 1.3B presets, adding 0.0003 rel-L2 (sm_80 row {_ON_MMA_SYNC})")},
     (8, 6): _POINTER_99KB_CHOICES,
     (8, 9): _POINTER_99KB_CHOICES,
     (9, 0): {"sol": _auto("bf16", "int8 ran in 1.02x-1.05x / 1.04x / 1.10x bf16's time at density 0.15 / 0.10 / "
