@@ -17,8 +17,8 @@ H100's SM).
 precision of the exact blocks' QKᵀ (``precision`` of the kernels: on a ``ws`` row PSA's quantized calls run the Hopper loop and Sol's the portable
 kernel, ``kernels.engine``; fp8 on a forced sm_80 / sm_86 row is refused, and the row records
 the error), each with its rel-L2 against cuDNN's output. ``--psa-presets all`` also times PSA
-with the masks users run: each shipped preset's middle layer, with its own heads, grid and
-tile. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of ComfyUI's own Model
+with the masks users run: each shipped preset's middle layer, with its own heads, grid, tile
+and its model's q/k/v layout. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of ComfyUI's own Model
 Sparse Attention node) beside each Sol row, on the same inputs: at the same β (its ``tau``)
 and at the τ whose error matches the pack's (``bench_kitchen``). comfy-kitchen
 is never a dependency of the pack: the package is put on ``PYTHONPATH`` for the benchmark only
@@ -111,11 +111,11 @@ def video_like_qkv(grid, H, D, seed):
     return [q, k, v]
 
 
-def random_qkv(L, H, D, dtype, seed):
+def random_qkv(L, H, D, dtype, seed, layout=None):
     """q, k, v (1, L, H, D): stored (1, L, H·D) as Wan and LTX hand them over ("blhd"), or
-    heads first (1, H, L, D) as HunyuanVideo does ("heads_first")."""
+    heads first (1, H, L, D) as HunyuanVideo does ("heads_first"); ``layout`` None: --layout's."""
     g = torch.Generator(device="cuda").manual_seed(seed)
-    if QKV_LAYOUT == "heads_first":
+    if (layout or QKV_LAYOUT) == "heads_first":
         return [torch.randn(1, H, L, D, device="cuda", dtype=dtype, generator=g).transpose(1, 2) for _ in range(3)]
     return [torch.randn(1, L, H, D, device="cuda", dtype=dtype, generator=g) for _ in range(3)]
 
@@ -504,12 +504,18 @@ class PsaWorkload:
     params: torch.Tensor
     target_density: float | None  # the --psa-densities value, None for a preset's own parameters
     preset_layer: int | None = None
+    layout: str | None = None  # q/k/v's memory layout (random_qkv); None: --layout's
+
+
+# How a model family's adapter hands q/k/v to the kernels, where not as (1, L, H·D) rows:
+# HunyuanVideo's double blocks hand them heads first.
+FAMILY_LAYOUTS = {"hunyuan_video": "heads_first"}
 
 
 def psa_workloads(shapes, densities, H, presets):
     """The --psa-shapes grids at each of ``densities`` (``H`` heads of synthetic stripes), then
     each named shipped preset at its middle layer's own parameters (first step bucket), with
-    that preset's heads: the cost of the masks users run."""
+    that preset's heads and in its model's q/k/v layout: the cost of the masks users run."""
     for name in shapes:
         grid, tile = PSA_SHAPES[name]
         for rho in densities:
@@ -520,7 +526,8 @@ def psa_workloads(shapes, densities, H, presets):
         with open(shipped_presets()[name], encoding="utf-8") as f:
             preset = preset_from_json(f.read())
         layer = preset.num_layers // 2
-        yield PsaWorkload(name, tuple(preset.grid), tuple(preset.tile), preset.params_for(layer), None, layer)
+        yield PsaWorkload(name, tuple(preset.grid), tuple(preset.tile), preset.params_for(layer), None, layer,
+                          FAMILY_LAYOUTS.get(preset.family, "blhd"))
 
 
 def bench_psa(results, workloads, D, rep_ms, flex_on, loops=("default",)):
@@ -532,20 +539,21 @@ def bench_psa(results, workloads, D, rep_ms, flex_on, loops=("default",)):
         from torch.nn.attention.flex_attention import flex_attention
 
         flex = torch.compile(flex_attention, dynamic=False)
-    inputs = None  # (grid, heads) -> q, k, v, cuDNN's output, time and memory: shared by the grid's rows
+    inputs = None  # (grid, heads, layout) -> q, k, v, cuDNN's output, time and memory: shared by its rows
     for work in workloads:
         grid, tile, params = work.grid, work.tile, work.params
-        L, H = grid[0] * grid[1] * grid[2], params.shape[0]
-        if inputs is None or inputs[0] != (grid, H):
+        L, H, layout = grid[0] * grid[1] * grid[2], params.shape[0], work.layout or QKV_LAYOUT
+        if inputs is None or inputs[0] != (grid, H, layout):
             inputs = q = k = v = ref = None  # free the last grid's tensors first
-            q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L + 1)
+            q, k, v = random_qkv(L, H, D, torch.bfloat16, seed=L + 1, layout=layout)
             t_dense = bench_ms(lambda: cudnn_sdpa(q, k, v), rep_ms)
             mem_dense = peak_extra_mb(lambda: cudnn_sdpa(q, k, v))
-            inputs = (grid, H), q, k, v, cudnn_sdpa(q, k, v), t_dense, mem_dense
+            inputs = (grid, H, layout), q, k, v, cudnn_sdpa(q, k, v), t_dense, mem_dense
         _, q, k, v, ref, t_dense, mem_dense = inputs
         source = (f"target density {work.target_density:.2f}" if work.preset_layer is None
                   else f"preset layer {work.preset_layer}")
-        print(f"PSA {work.name} grid={grid} tile={tile} L={L} heads={H}, {source}: cuDNN {t_dense:.2f} ms", flush=True)
+        print(f"PSA {work.name} grid={grid} tile={tile} L={L} heads={H} {layout}, {source}: cuDNN {t_dense:.2f} ms",
+              flush=True)
         dens = psa_mask(grid, params, tile).density(tokens=True).mean().item()
         for loop, precision in itertools.product(loops, PRECISIONS):
             kw = dict(grid=grid, params=params, tile=tile, config=LOOPS[loop], precision=precision)
@@ -567,7 +575,7 @@ def bench_psa(results, workloads, D, rep_ms, flex_on, loops=("default",)):
                        ideal_ms=t_ideal, ideal_speedup=t_dense / t_ideal, share_of_ideal=t_ideal / t_psa,
                        first_call_s=first_call_s, peak_extra_mb_psa=mem, peak_extra_mb_cudnn=mem_dense)
             if work.preset_layer is not None:
-                row["preset_layer"] = work.preset_layer
+                row.update(preset_layer=work.preset_layer, layout=layout)
             if flex is not None and loop == loops[0] and precision == PRECISIONS[0]:
                 try:
                     lay = tile_layout(grid, tile, device="cuda")

@@ -245,6 +245,10 @@ def test_bench_kernels_times_every_shipped_preset_with_its_own_middle_layer_mask
     five_b = work[2 + names.index("wan2.2_ti2v_5b_720p_121f")]
     assert (five_b.grid, five_b.tile, five_b.params.shape, five_b.preset_layer) == ((31, 22, 40), (2, 8, 8),
                                                                                   (24, 6), 15)
+    # q/k/v as the model hands them over: HunyuanVideo's heads first, the others as (1, L, H·D)
+    assert {w.name: w.layout for w in work[2:]} == {
+        name: "heads_first" if name.startswith("hunyuan_video") else "blhd" for name in names}
+    assert work[0].layout is None  # a synthetic grid takes --layout
 
 
 def test_a_forced_row_asks_for_the_carveout_of_its_gpus_sm():
