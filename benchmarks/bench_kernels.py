@@ -18,9 +18,9 @@ precision of the exact blocks' QKᵀ (``precision`` of the kernels: on a ``ws`` 
 kernel, ``kernels.engine``; fp8 on a forced sm_80 / sm_86 row is refused, and the row records
 the error), each with its rel-L2 against cuDNN's output. ``--psa-presets all`` also times PSA
 with the masks users run: each shipped preset's middle layer, with its own heads, grid, tile
-and its model's q/k/v layout. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of ComfyUI's own Model
-Sparse Attention node) beside each Sol row, on the same inputs: at the same β (its ``tau``)
-and at the τ whose error matches the pack's (``bench_kitchen``). comfy-kitchen
+and its model's q/k/v layout. ``--kitchen`` times comfy-kitchen's ``sol_attn`` (the kernel of
+ComfyUI's own Model Sparse Attention node) beside each Sol row, on the same inputs: at the
+same β (its ``tau``) and at the τ whose error matches the pack's (``bench_kitchen``). comfy-kitchen
 is never a dependency of the pack: the package is put on ``PYTHONPATH`` for the benchmark only
 (docs/DEVELOPMENT.md says how). Every speed is also reported as a ratio to cuDNN SDPA timed in
 the same run. Correctness is checked first, on fresh random inputs, against the float32
@@ -516,13 +516,13 @@ def psa_workloads(shapes, densities, H, presets):
     """The --psa-shapes grids at each of ``densities`` (``H`` heads of synthetic stripes), then
     each named shipped preset at its middle layer's own parameters (first step bucket), with
     that preset's heads and in its model's q/k/v layout: the cost of the masks users run."""
+    from kernels.preset_file import preset_from_json
+
     for name in shapes:
         grid, tile = PSA_SHAPES[name]
         for rho in densities:
             yield PsaWorkload(name, grid, tile, psa_params_for_density(grid, tile, H, rho)[0], rho)
     for name in presets:
-        from kernels.preset_file import preset_from_json
-
         with open(shipped_presets()[name], encoding="utf-8") as f:
             preset = preset_from_json(f.read())
         layer = preset.num_layers // 2

@@ -48,7 +48,7 @@ relative); fp8 adds 0.0024-0.0042 to Sol's (0.0033 at 0.15: outside it) and 0.00
   and 0.93x at 131K tokens, density 0.10 (bf16).
 - A row never forced (sm_100) stays bf16.
 
-The results files (``benchmarks/results/``, each with its command): ``rtx_sol_rows_h100.json``
+The results files (``benchmarks/results/``, each with its command): ``rtx_sol_rows_h100.json``,
 ``rtx_psa_quantized_stages_h100.json``, ``rtx_psa_depth_by_tile_h100.json`` and
 ``a100_psa_depth_by_tile_h100.json`` (the pointer rows on ``mma.sync``),
 ``mma_rates_mma_sync_h100.json``, ``psa_hopper_8bit_qk_h100.json``, ``sol_ws_8bit_h100.json``,
